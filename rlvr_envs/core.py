@@ -1,0 +1,252 @@
+"""Tasks, verdicts, task sources and the single-turn text environment.
+
+A ``TextEnv`` is one prompt and one response: ``reset`` picks a task (by seed, ``options={"task_id": ...}`` or
+``options={"index": i}``, so every rollout of a GRPO group can see the same task), ``step(response)`` scores it with
+the task family's scorer and terminates.
+"""
+
+from __future__ import annotations
+
+import abc
+import hashlib
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+
+from rlvr_envs.spaces import DEFAULT_MAX_CHARS, TextSpace
+
+Message = dict[str, str]
+
+
+class WallTime(float):
+    """A duration in ms. Two ``WallTime`` values compare equal: timing is measurement, not environment state, so
+    Gymnasium's determinism checks (same seed + action -> same info) must not see it. Against plain numbers it is
+    an ordinary float."""
+
+    def __eq__(self, other: object) -> bool:
+        return True if isinstance(other, WallTime) else float.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = float.__hash__
+
+
+@dataclass(frozen=True)
+class Task:
+    """One problem: ``question`` is the bare problem text; ``messages`` the chat the model sees (no system turn)."""
+
+    id: str
+    question: str
+    answer: str
+    messages: tuple[Message, ...] = ()
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if not self.messages:
+            object.__setattr__(self, "messages", ({"role": "user", "content": self.question},))
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of scoring one response. ``reward`` excludes the env's optional format bonus."""
+
+    correct: bool
+    reward: float
+    parsed: str | None = None
+    error: str | None = None
+    format_ok: bool = False
+
+    @classmethod
+    def failed(cls, error: str, parsed: str | None = None, format_ok: bool = False) -> Verdict:
+        return cls(correct=False, reward=0.0, parsed=parsed, error=error, format_ok=format_ok)
+
+
+Scorer = Callable[[Task, str], Verdict]
+
+
+class TaskSource(abc.ABC):
+    """An indexable, finite-or-huge collection of tasks. Procedural sources generate ``task(i)`` from ``i`` alone."""
+
+    name: str = "tasks"
+
+    @abc.abstractmethod
+    def __len__(self) -> int: ...
+
+    @abc.abstractmethod
+    def task(self, index: int) -> Task: ...
+
+    def index_of(self, task_id: str) -> int:
+        raise KeyError(f"{self.name}: unknown task id {task_id!r}")
+
+    @property
+    def fingerprint(self) -> str:
+        """A content hash identifying exactly which tasks this source yields (goes into results provenance)."""
+        return hashlib.sha256(self.name.encode()).hexdigest()
+
+
+class ListSource(TaskSource):
+    """Tasks held in memory (loaded from a data file)."""
+
+    def __init__(self, tasks: Sequence[Task], name: str, fingerprint: str | None = None):
+        if not tasks:
+            raise ValueError(f"{name}: no tasks (check the filters and the data file)")
+        self._tasks = list(tasks)
+        self.name = name
+        self._ids: dict[str, int] | None = None
+        self._fingerprint = fingerprint
+
+    def __len__(self) -> int:
+        return len(self._tasks)
+
+    def task(self, index: int) -> Task:
+        if not 0 <= index < len(self._tasks):
+            raise IndexError(f"{self.name}: index {index} out of range [0, {len(self._tasks)})")
+        return self._tasks[index]
+
+    def index_of(self, task_id: str) -> int:
+        if self._ids is None:
+            self._ids = {t.id: i for i, t in enumerate(self._tasks)}
+        try:
+            return self._ids[task_id]
+        except KeyError:
+            raise KeyError(f"{self.name}: unknown task id {task_id!r}") from None
+
+    @property
+    def fingerprint(self) -> str:
+        if self._fingerprint is None:
+            h = hashlib.sha256()
+            for t in self._tasks:
+                h.update(json.dumps([t.id, t.question, t.answer], ensure_ascii=False).encode())
+            self._fingerprint = h.hexdigest()
+        return self._fingerprint
+
+
+def render_messages(messages: Sequence[Message]) -> str:
+    """A plain rendering of a chat for the observation; policies apply their own chat template to ``info['messages']``."""
+    if len(messages) == 1 and messages[0]["role"] == "user":
+        return messages[0]["content"]
+    return "\n\n".join(f"{m['role']}: {m['content']}" for m in messages)
+
+
+class TextEnv(gym.Env[str, str]):
+    """Single-turn environment: observation = rendered prompt, action = response text, reward from the scorer."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(
+        self,
+        source: TaskSource,
+        scorer: Scorer,
+        *,
+        system_prompt: str | None = None,
+        prompt_template: str | None = None,
+        format_reward: float = 0.0,
+        max_prompt_chars: int = DEFAULT_MAX_CHARS,
+        max_response_chars: int = DEFAULT_MAX_CHARS,
+        verifier_name: str = "",
+        gold_formatter: Callable[[Task], str] | None = None,
+        render_mode: str | None = None,
+    ):
+        if render_mode is not None and render_mode not in self.metadata["render_modes"]:
+            raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
+        if prompt_template is not None and "{question}" not in prompt_template:
+            raise ValueError("prompt_template must contain '{question}'")
+        self.source = source
+        self.scorer = scorer
+        self.system_prompt = system_prompt
+        self.prompt_template = prompt_template
+        self.format_reward = float(format_reward)
+        self.max_response_chars = int(max_response_chars)
+        self.verifier_name = verifier_name
+        self._gold_formatter = gold_formatter
+        self.render_mode = render_mode
+        self.observation_space = TextSpace(max_prompt_chars)
+        self.action_space = TextSpace(max_response_chars)
+        self._task: Task | None = None
+        self._last: tuple[str, dict[str, Any]] | None = None
+
+    # -- task selection -------------------------------------------------------------------------------------------
+    def _select_index(self, options: Mapping[str, Any] | None) -> int:
+        options = options or {}
+        if "task_id" in options and "index" in options:
+            raise ValueError("pass either options['task_id'] or options['index'], not both")
+        if "task_id" in options:
+            return self.source.index_of(str(options["task_id"]))
+        if "index" in options:
+            index = int(options["index"])
+            if not 0 <= index < len(self.source):
+                raise IndexError(f"index {index} out of range [0, {len(self.source)})")
+            return index
+        return int(self.np_random.integers(len(self.source)))
+
+    def messages_for(self, task: Task) -> list[Message]:
+        messages = [dict(m) for m in task.messages]
+        if self.prompt_template is not None:
+            messages = [{"role": "user", "content": self.prompt_template.format(question=task.question)}]
+        if self.system_prompt:
+            messages.insert(0, {"role": "system", "content": self.system_prompt})
+        return messages
+
+    @property
+    def task(self) -> Task | None:
+        return self._task
+
+    # -- gymnasium API --------------------------------------------------------------------------------------------
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
+        super().reset(seed=seed)
+        index = self._select_index(options)
+        self._task = self.source.task(index)
+        messages = self.messages_for(self._task)
+        return render_messages(messages), {"messages": messages, "task_id": self._task.id, "index": index}
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
+        if self._task is None:
+            raise gym.error.ResetNeeded("call reset() before step() (single-turn env: one step per episode)")
+        if not isinstance(action, str):
+            raise TypeError(f"action must be the response text (str), got {type(action).__name__}")
+        task, self._task = self._task, None
+        truncated_response = len(action) > self.max_response_chars
+        response = action[: self.max_response_chars]
+        start = time.perf_counter()
+        try:
+            verdict = self.scorer(task, response)
+        except Exception as exc:  # a scorer bug must not kill a long run; the record keeps the error
+            verdict = Verdict.failed(f"scorer error: {type(exc).__name__}: {exc}")
+        verify_ms = (time.perf_counter() - start) * 1000.0
+        reward = float(verdict.reward) + (self.format_reward if verdict.format_ok else 0.0)
+        info = {
+            "task_id": task.id,
+            "correct": bool(verdict.correct),
+            "parsed_answer": verdict.parsed,
+            "verify_ms": WallTime(verify_ms),
+            "format_ok": bool(verdict.format_ok),
+            "truncated_response": truncated_response,
+            "error": verdict.error,
+            "answer": task.answer,
+        }
+        self._last = (response, info)
+        return "", reward, True, False, info
+
+    def render(self) -> str | None:
+        if self.render_mode != "ansi":
+            return None
+        if self._last is None:
+            return ""
+        response, info = self._last
+        return f"[{info['task_id']}] correct={info['correct']} parsed={info['parsed_answer']!r}\n{response}"
+
+    # -- helpers for agents and tests -----------------------------------------------------------------------------
+    def score(self, task: Task, response: str) -> Verdict:
+        """Score a response against a task without an episode (used by the harness to re-verify records)."""
+        return self.scorer(task, response[: self.max_response_chars])
+
+    def gold_response(self, task: Task) -> str:
+        """The reference answer written as a well-formatted response (for gold-agent sanity sweeps)."""
+        if self._gold_formatter is not None:
+            return self._gold_formatter(task)
+        return f"The final answer is $\\boxed{{{task.answer}}}$."
