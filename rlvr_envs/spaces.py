@@ -4,19 +4,27 @@ Gymnasium's ``spaces.Text`` defaults to an alphanumeric charset, so a prompt wit
 ``check_env``. ``TextSpace`` accepts any Unicode string up to ``max_length`` characters and samples from printable
 ASCII plus whitespace, which keeps ``check_env``'s random actions realistic.
 
-Vectorisation: gymnasium's shared-memory path for ``Text`` stores fixed-width code points and, in gymnasium 1.x,
-returns stale observations for shorter strings. ``rlvr_envs.make_vec`` therefore defaults ``shared_memory=False`` for
-the async mode, which sends observations through the pipe (strings are tiny next to model work anyway).
+Vectorisation: gymnasium 1.4's shared-memory path for ``Text`` stores charset indices (so any character outside the
+charset is dropped) and, with ``shared_memory=False``, its async worker never clears the autoreset flag on an explicit
+``reset`` (the next ``step`` silently resets instead of stepping). Worse, ``AsyncVectorEnv`` reads shared memory once
+at construction and relies on numpy views to see later writes, which a tuple of ``str`` cannot be: observations stay
+stale forever. We register shared-memory handlers for ``TextSpace`` that store a length prefix and UTF-32 code points
+and read back a live view whose ``deepcopy`` (what ``AsyncVectorEnv`` returns by default) is a tuple of the current
+strings, so the async path works with its default ``shared_memory=True``.
 """
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import string
+from collections.abc import Sequence
+from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector.utils import shared_memory as _shm
 
 PRINTABLE = string.ascii_letters + string.digits + string.punctuation + " \n\t"
 
@@ -46,12 +54,56 @@ class TextSpace(spaces.Text):
         return isinstance(other, TextSpace) and other.max_length == self.max_length and other.min_length == self.min_length
 
 
+@_shm.create_shared_memory.register(TextSpace)
+def _create_text_memory(space: TextSpace, n: int = 1, ctx: ModuleType = mp):
+    # One row per env: [length, code point 0, code point 1, ...].
+    return ctx.Array(np.dtype(np.int32).char, n * (space.max_length + 1))
+
+
+class LiveTexts(Sequence):
+    """The strings currently in a text shared-memory block, decoded on access."""
+
+    def __init__(self, rows: np.ndarray):
+        self._rows = rows
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        if isinstance(i, slice):
+            return tuple(self)[i]
+        row = self._rows[i]
+        return row[1 : 1 + row[0]].tobytes().decode("utf-32-le")
+
+    def __deepcopy__(self, memo: dict) -> tuple[str, ...]:
+        return tuple(self)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and tuple(self) == tuple(other)
+
+    def __repr__(self) -> str:
+        return f"LiveTexts({tuple(self)!r})"
+
+
+@_shm.read_from_shared_memory.register(TextSpace)
+def _read_text_memory(space: TextSpace, shared_memory, n: int = 1) -> LiveTexts:
+    return LiveTexts(np.frombuffer(shared_memory.get_obj(), dtype=np.int32).reshape(n, space.max_length + 1))
+
+
+@_shm.write_to_shared_memory.register(TextSpace)
+def _write_text_memory(space: TextSpace, index: int, value: str, shared_memory) -> None:
+    codes = np.frombuffer(value.encode("utf-32-le"), dtype=np.int32)
+    if len(codes) > space.max_length:
+        raise ValueError(f"text of {len(codes)} characters exceeds the space's max_length {space.max_length}")
+    row = np.frombuffer(shared_memory.get_obj(), dtype=np.int32)[index * (space.max_length + 1):]
+    row[0] = len(codes)
+    row[1 : 1 + len(codes)] = codes
+
+
 def make_vec(env_id: str, num_envs: int = 1, *, vectorization_mode: str = "sync", vector_kwargs: dict | None = None,
              **env_kwargs: Any) -> gym.vector.VectorEnv:
-    """``gymnasium.make_vec`` with the async mode made correct for text observations (no shared memory)."""
+    """``gymnasium.make_vec`` (kept as a stable entry point; the async text path is fixed by the handlers above)."""
     vector_kwargs = dict(vector_kwargs or {})
-    if vectorization_mode == "async":
-        vector_kwargs.setdefault("shared_memory", False)
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vectorization_mode,
                         vector_kwargs=vector_kwargs, **env_kwargs)
 
