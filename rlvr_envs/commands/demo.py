@@ -26,6 +26,9 @@ def gold_vs_random(env_id: str, n_tasks: int, seed: int) -> tuple[float, float, 
 
     env = gym.make(env_id)
     base = env.unwrapped
+    if not hasattr(base, "gold_response"):
+        env.close()
+        raise NotImplementedError("no reference responses (not a text task env)")
     rng = np.random.default_rng(seed)
     n = min(n_tasks, len(base.source))
     gold, rand = [], []
@@ -51,6 +54,9 @@ def run(args: argparse.Namespace) -> int:
         t0 = time.perf_counter()
         try:
             g, r, n = gold_vs_random(e.id, args.tasks, args.seed)
+        except NotImplementedError as exc:
+            rows.append((e.id, "-", "-", "-", "-", f"n/a ({str(exc)[:60]})"))
+            continue
         except Exception as exc:  # one broken env must not hide the others
             rows.append((e.id, "-", "-", "-", "-", f"ERROR {type(exc).__name__}: {str(exc)[:80]}"))
             bad += 1
