@@ -1,0 +1,95 @@
+"""``rlvr eval``: evaluate a model (or any agent object) on an env and write one results file."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import sys
+from typing import Any
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("eval", help="evaluate a model or agent on an environment",
+                       description="Evaluate a policy (--model) or any agent object (--agent module:factory).")
+    p.add_argument("--env", required=True, help="env ID, e.g. rlvr/MATH500-v0")
+    who = p.add_mutually_exclusive_group()
+    who.add_argument("--model", default="smollm2", help="smollm2, tiny, a Hugging Face model id or a local path")
+    who.add_argument("--agent", help="module:attr of an agent class or factory (called with --agent-kwargs)")
+    p.add_argument("--agent-kwargs", default="{}", help="JSON object of keyword arguments for --agent")
+    p.add_argument("--samples", type=int, default=1, help="samples per task (n of pass@k / maj@k)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="results.json", help="results file (default: results.json)")
+    p.add_argument("--resume", action="store_true", help="continue a partial results file")
+    p.add_argument("--backend", choices=("hf", "vllm"), default="hf")
+    p.add_argument("--batch-size", type=int, default=8, help="samples per act() call")
+    p.add_argument("--max-new-tokens", type=int, default=256)
+    p.add_argument("--temperature", type=float, default=None,
+                   help="sampling temperature (default: 0 = greedy for --samples 1, else 1.0)")
+    p.add_argument("--top-p", type=float, default=1.0)
+    p.add_argument("--dtype", default="float32", help="model dtype (float32, bfloat16, ...)")
+    p.add_argument("--env-kwargs", default="{}", help="JSON object of keyword arguments for gym.make")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def _json_object(text: str, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{flag}: not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"{flag}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def load_agent_factory(spec: str) -> Any:
+    """``package.module:attr`` -> the attribute (import only; nothing is evaluated)."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"--agent {spec!r}: expected module:attr")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise SystemExit(f"--agent {spec!r}: cannot import {module_name!r} ({exc})") from None
+    for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SystemExit(f"--agent {spec!r}: {module_name} has no attribute {attr!r}")
+        obj = getattr(obj, part)
+    return obj
+
+
+def build_policy_agent(args: argparse.Namespace, temperature: float) -> Any:
+    # agents is imported lazily here: rlvr_envs itself never depends on it.
+    from agents.policy import PolicyAgent, load_policy
+    from agents.policy.engine import SamplingParams, make_engine
+
+    policy = load_policy(args.model, dtype=args.dtype, seed=args.seed)
+    engine = make_engine(policy, backend=args.backend)
+    sampling = SamplingParams(temperature=temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
+                              seed=args.seed)
+    return PolicyAgent(policy, engine, sampling)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlvr_envs.harness import evaluate
+
+    if args.samples < 1 or args.batch_size < 1 or (args.limit is not None and args.limit < 1):
+        raise SystemExit("--samples, --batch-size and --limit must be >= 1")
+    env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+    if args.agent:
+        agent = load_agent_factory(args.agent)(**_json_object(args.agent_kwargs, "--agent-kwargs"))
+    else:
+        temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
+        agent = build_policy_agent(args, temperature)
+    try:
+        results = evaluate(agent, args.env, n_samples=args.samples, seed=args.seed, limit=args.limit,
+                           env_kwargs=env_kwargs, out=args.out, resume=args.resume, progress=not args.no_progress,
+                           batch_size=args.batch_size)
+    except (FileExistsError, ValueError) as exc:
+        print(f"rlvr eval: {exc}", file=sys.stderr)
+        return 2
+    print(results.summary())
+    print(f"wrote {args.out}")
+    return 0

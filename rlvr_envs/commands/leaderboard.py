@@ -1,0 +1,64 @@
+"""``rlvr leaderboard submit|show|render``: verified boards, one per benchmark."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("leaderboard", help="submit results to a board, show a board, render the boards as HTML")
+    configure(p)
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    """The leaderboard options; shared with ``python leaderboards/submit.py``."""
+    boards_help = "where board files live (default: $RLVR_BOARDS_DIR, else leaderboards/boards of the checkout)"
+    p.add_argument("--boards-dir", default=None, help=boards_help)
+    # Accepted after the action too; SUPPRESS keeps a value given before the action.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--boards-dir", default=argparse.SUPPRESS, help=boards_help)
+    actions = p.add_subparsers(dest="action", required=True)
+    s = actions.add_parser("submit", help="re-verify a results file and append it to a board", parents=[common])
+    s.add_argument("results", help="results JSON written by `rlvr eval`")
+    s.add_argument("--board", required=True, help="board name (one per benchmark), e.g. arithmetic")
+    s.add_argument("--label", default=None, help="a short label for this entry")
+    s.set_defaults(func=run)
+    sh = actions.add_parser("show", help="print a board", parents=[common])
+    sh.add_argument("name", nargs="?", default=None, help="board name (default: every board)")
+    sh.set_defaults(func=run)
+    r = actions.add_parser("render", help="write a static HTML page and PNG plots", parents=[common])
+    r.add_argument("--out", default=None, help="output folder (default: leaderboards/site next to the boards)")
+    r.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlvr_envs.harness import leaderboard as lb
+
+    try:
+        if args.action == "submit":
+            entry = lb.submit(args.results, args.board, boards_dir=args.boards_dir, label=args.label)
+            path = lb.board_path(args.board, args.boards_dir)
+            m = entry["metrics"]
+            print(f"accepted on board {args.board!r} ({path}): {entry['model']} accuracy={m['accuracy']:.4f} "
+                  f"over {entry['n_tasks']} tasks x {entry['n_samples']} samples (entry {entry['id']})")
+            return 0
+        if args.action == "show":
+            paths = [lb.board_path(args.name, args.boards_dir)] if args.name else lb.list_boards(args.boards_dir)
+            if args.name and not paths[0].exists():
+                print(f"no board {args.name!r} in {paths[0].parent}", file=sys.stderr)
+                return 1
+            if not paths:
+                print("no boards yet")
+            for path in paths:
+                print(lb.format_board(lb.load_board(path)) + "\n")
+            return 0
+        from rlvr_envs.harness.render import render_site
+
+        index = render_site(args.boards_dir, args.out)
+        print(f"wrote {index}")
+        return 0
+    except (lb.SubmissionRejected, ValueError, OSError) as exc:
+        kind = "rejected" if isinstance(exc, lb.SubmissionRejected) else "error"
+        print(f"rlvr leaderboard {args.action}: {kind}: {exc}", file=sys.stderr)
+        return 1

@@ -1,0 +1,255 @@
+"""Leaderboards that cannot be gamed by editing a results file.
+
+A board is one JSON file per benchmark (``<boards_dir>/<NAME>.json``) bound to one env ID (version included) and
+its env kwargs.
+``submit`` validates the results schema, re-scores every per-sample record with the env's own verifier
+(``env.unwrapped.score``), recomputes every metric and rejects any disagreement with the claimed numbers, then appends
+under a file lock with an atomic replace: concurrent submits lose nothing and a crash mid-write leaves the old board.
+Token counts are the agent's own report and cannot be re-derived without the model; they are taken as claimed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlvr_envs.harness.metrics import compute_metrics, metrics_match
+from rlvr_envs.harness.results import SchemaError, atomic_write_json, env_version, now_iso, validate
+
+BOARD_SCHEMA = "rlvr-board"
+BOARD_SCHEMA_VERSION = 1
+BOARDS_ENV_VAR = "RLVR_BOARDS_DIR"
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+LOCK_TIMEOUT_S = 120.0
+
+
+class SubmissionRejected(ValueError):
+    """A results file a board refuses, with the reason."""
+
+
+def check_board_name(name: str) -> str:
+    """A board name is a plain file stem: letters, digits, ``_ . -``; no separators, no ``..``, no leading dot."""
+    if not isinstance(name, str) or not _NAME.fullmatch(name) or ".." in name or name.endswith(".json"):
+        raise SubmissionRejected(
+            f"invalid board name {name!r}: use 1-64 letters, digits, '_', '.', '-' (starting with a letter or digit, "
+            "no '..', no path separators, no .json suffix)")
+    return name
+
+
+def default_boards_dir() -> Path:
+    """``$RLVR_BOARDS_DIR``, else ``leaderboards/boards`` of the checkout this package lives in, else of the cwd."""
+    if os.environ.get(BOARDS_ENV_VAR):
+        return Path(os.environ[BOARDS_ENV_VAR]).expanduser()
+    repo = Path(__file__).resolve().parents[2]
+    if (repo / "leaderboards").is_dir():
+        return repo / "leaderboards" / "boards"
+    return Path.cwd() / "leaderboards" / "boards"
+
+
+def board_path(name: str, boards_dir: str | os.PathLike | None = None) -> Path:
+    root = Path(boards_dir) if boards_dir is not None else default_boards_dir()
+    return root / f"{check_board_name(name)}.json"
+
+
+# -- verification -----------------------------------------------------------------------------------------------------
+def verify_results(doc: Any, *, max_reports: int = 5) -> dict[str, Any]:
+    """Re-verify a results document with the env's own verifier; return the recomputed metrics or raise."""
+    import gymnasium as gym
+
+    import rlvr_envs  # noqa: F401  (registers the IDs)
+    from rlvr_envs.harness.evaluate import sample_seed
+
+    try:
+        validate(doc)
+    except SchemaError as exc:
+        raise SubmissionRejected(f"schema: {exc}") from None
+    if not doc["complete"]:
+        raise SubmissionRejected("the results file is partial (complete=false); finish it with --resume first")
+    cfg, prov = doc["config"], doc["provenance"]
+    env_id = cfg["env_id"]
+    claimed_version = (prov.get("env") or {}).get("version")
+    if claimed_version != env_version(env_id):
+        raise SubmissionRejected(f"provenance env version {claimed_version!r} does not match the env ID {env_id!r}")
+    try:
+        env = gym.make(env_id, **cfg["env_kwargs"])
+    except (gym.error.Error, ImportError, TypeError) as exc:
+        raise SubmissionRejected(f"cannot make env {env_id!r} with the recorded kwargs to re-verify: {exc}") from None
+    try:
+        base = env.unwrapped
+        source = base.source
+        fingerprint = (prov.get("data") or {}).get("fingerprint")
+        if fingerprint != source.fingerprint:
+            raise SubmissionRejected(
+                f"data fingerprint {fingerprint!r} differs from this install's {env_id} tasks ({source.fingerprint!r}): "
+                "the results were produced on different data or another env version")
+        if cfg["n_tasks"] > len(source):
+            raise SubmissionRejected(f"n_tasks={cfg['n_tasks']} exceeds the {len(source)} tasks of {env_id}")
+        problems: list[str] = []
+        rescored = []
+        for rec in doc["records"]:
+            where = f"task {rec['task_id']!r} sample {rec['sample_index']}"
+            try:
+                index = source.index_of(rec["task_id"])
+            except (KeyError, ValueError) as exc:
+                problems.append(f"{where}: unknown task id ({exc})")
+                continue
+            if index != rec["task_index"]:
+                problems.append(f"{where}: task_index {rec['task_index']} but the id is task {index}")
+            if rec["seed"] != sample_seed(cfg["seed"], rec["task_index"], rec["sample_index"]):
+                problems.append(f"{where}: seed {rec['seed']} is not the one derived from the run seed")
+            if "turns" in rec or not callable(getattr(base, "score", None)):
+                correct, parsed, format_ok, problem = replay(env, rec, index)
+                if problem:
+                    problems.append(f"{where}: {problem}")
+                    continue
+            else:
+                verdict = base.score(source.task(index), rec["response"])
+                correct, parsed, format_ok = bool(verdict.correct), verdict.parsed, bool(verdict.format_ok)
+            parsed = None if parsed is None else str(parsed)
+            if correct != rec["correct"]:
+                problems.append(f"{where}: claimed correct={rec['correct']}, verifier says {correct}")
+            elif parsed != rec["parsed_answer"]:
+                problems.append(f"{where}: claimed parsed answer {rec['parsed_answer']!r}, verifier parsed {parsed!r}")
+            elif format_ok != rec["format_ok"]:
+                problems.append(f"{where}: claimed format_ok={rec['format_ok']}, verifier says {format_ok}")
+            rescored.append({**rec, "correct": correct, "parsed_answer": parsed, "format_ok": format_ok})
+    finally:
+        env.close()
+    if problems:
+        more = f" (and {len(problems) - max_reports} more)" if len(problems) > max_reports else ""
+        raise SubmissionRejected(f"{len(problems)} record(s) disagree with the {env_id} verifier: "
+                                 + "; ".join(problems[:max_reports]) + more)
+    recomputed = compute_metrics(rescored, cfg["n_samples"], n_params=(prov.get("agent") or {}).get("n_params"))
+    diffs = metrics_match(doc["metrics"], recomputed)
+    if diffs:
+        raise SubmissionRejected("claimed metrics do not match the re-verified records: " + "; ".join(diffs[:max_reports]))
+    return recomputed
+
+
+def replay(env: Any, rec: Mapping[str, Any], index: int) -> tuple[bool, Any, bool, str | None]:
+    """Play a record's turns through a fresh episode (same seed and task): the final verdict fields, and a problem
+    description when the turns do not replay as recorded."""
+    from rlvr_envs.harness.evaluate import MAX_TURNS
+
+    env.reset(seed=rec["seed"], options={"index": index})
+    turns = rec.get("turns") or [rec["response"]]
+    for i, text in enumerate(turns[:MAX_TURNS]):
+        _, _, terminated, truncated, info = env.step(text)
+        if terminated or truncated:
+            verdict = bool(info.get("correct", False)), info.get("parsed_answer"), bool(info.get("format_ok", False))
+            if i != len(turns) - 1:
+                return (*verdict, f"the episode ended after turn {i + 1} of the {len(turns)} recorded")
+            return (*verdict, None)
+    if len(turns) < MAX_TURNS:
+        return False, None, False, f"the episode had not ended after the {len(turns)} recorded turns"
+    return False, None, False, None  # the harness's turn cap: scored as failed
+
+
+# -- boards -----------------------------------------------------------------------------------------------------------
+def load_board(path: Path) -> dict[str, Any]:
+    try:
+        with open(path, encoding="utf-8") as f:
+            board = json.load(f)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{path}: board file is not valid JSON ({exc.msg}); refusing to touch it") from None
+    if not isinstance(board, dict) or board.get("schema") != BOARD_SCHEMA or not isinstance(board.get("entries"), list):
+        raise ValueError(f"{path}: not a {BOARD_SCHEMA} file")
+    if board.get("schema_version") != BOARD_SCHEMA_VERSION:
+        raise ValueError(f"{path}: board schema_version {board.get('schema_version')!r} is not supported")
+    return board
+
+
+def _entry(doc: Mapping[str, Any], metrics: Mapping[str, Any], digest: str, label: str | None,
+           results_name: str | None) -> dict[str, Any]:
+    prov, cfg = doc["provenance"], doc["config"]
+    agent = prov.get("agent") or {}
+    return {
+        "id": digest[:16],
+        "results_sha256": digest,
+        "label": label,
+        "model": str(agent.get("model") or agent.get("class") or "?"),
+        "weights_hash": agent.get("weights_hash"),
+        "n_params": agent.get("n_params"),
+        "env_id": cfg["env_id"],
+        "n_tasks": cfg["n_tasks"],
+        "n_samples": cfg["n_samples"],
+        "seed": cfg["seed"],
+        "metrics": dict(metrics),  # the re-verified ones
+        "wall_time_s": (doc.get("timing") or {}).get("wall_time_s"),
+        "submitted_at": now_iso(),
+        "results_file": results_name,
+        "provenance": {k: prov.get(k) for k in ("package", "env", "data", "agent", "machine", "created_at")},
+    }
+
+
+def submit(results: str | os.PathLike | Mapping[str, Any], board: str, *,
+           boards_dir: str | os.PathLike | None = None, label: str | None = None) -> dict[str, Any]:
+    """Verify ``results`` (a path or a parsed document) and append it to ``board``; return the new entry."""
+    from filelock import FileLock
+
+    path = board_path(board, boards_dir)  # the name is checked before any work
+    results_name = None
+    if isinstance(results, Mapping):
+        doc = json.loads(json.dumps(results))
+    else:
+        results_name = Path(results).name
+        try:
+            with open(results, encoding="utf-8") as f:
+                doc = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise SubmissionRejected(f"{results}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+    metrics = verify_results(doc)
+    digest = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    entry = _entry(doc, metrics, digest, label, results_name)
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+        if path.exists():
+            data = load_board(path)
+        else:
+            data = {"schema": BOARD_SCHEMA, "schema_version": BOARD_SCHEMA_VERSION, "board": board,
+                    "env_id": entry["env_id"], "env_kwargs": doc["config"]["env_kwargs"], "entries": []}
+        if data["env_id"] != entry["env_id"]:
+            raise SubmissionRejected(f"board {board!r} ranks {data['env_id']}; these results are for {entry['env_id']}")
+        if data.get("env_kwargs", {}) != doc["config"]["env_kwargs"]:
+            raise SubmissionRejected(f"board {board!r} ranks {data['env_id']} with env kwargs {data.get('env_kwargs')}; "
+                                     f"these results used {doc['config']['env_kwargs']} (a different benchmark)")
+        if any(e.get("results_sha256") == digest for e in data["entries"]):
+            raise SubmissionRejected(f"these results are already on board {board!r} (entry {digest[:16]})")
+        data["entries"].append(entry)
+        data["updated_at"] = now_iso()
+        atomic_write_json(path, data)
+    return entry
+
+
+def list_boards(boards_dir: str | os.PathLike | None = None) -> list[Path]:
+    root = Path(boards_dir) if boards_dir is not None else default_boards_dir()
+    return sorted(p for p in root.glob("*.json") if _NAME.fullmatch(p.stem)) if root.is_dir() else []
+
+
+def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted(entries, key=lambda e: (-float(e["metrics"].get("accuracy", 0.0)), e.get("submitted_at", "")))
+
+
+def format_board(board: Mapping[str, Any]) -> str:
+    """The board as a plain-text table, best accuracy first."""
+    from rlvr_envs.commands.list import format_table
+
+    entries = ranked(list(board["entries"]))
+    header = ("#", "model", "label", "tasks", "samples", "accuracy", "pass@n", "maj@n", "len mean", "fmt err",
+              "submitted")
+    rows = []
+    for rank, e in enumerate(entries, 1):
+        m, n = e["metrics"], e["n_samples"]
+        rows.append((str(rank), e["model"], e.get("label") or "", str(e["n_tasks"]), str(n),
+                     f"{m.get('accuracy', 0):.4f}", f"{m.get(f'pass@{n}', 0):.4f}", f"{m.get(f'maj@{n}', 0):.4f}",
+                     f"{m.get('length_mean', 0):.1f} {'tok' if m.get('length_unit') == 'tokens' else 'words'}",
+                     f"{m.get('format_error_rate', 0):.3f}", e.get("submitted_at", "")))
+    title = f"board {board['board']}: {board['env_id']} ({len(entries)} entries)"
+    return title + "\n" + format_table(rows, header) if rows else title
+

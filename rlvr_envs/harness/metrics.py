@@ -1,0 +1,136 @@
+"""Metrics over per-sample records: pass@k (unbiased), mean@k, maj@k, grouped accuracy, lengths, token and FLOP counts.
+
+Everything here is a pure function of the records, so a leaderboard can recompute a submission's metrics from its
+re-verified records and compare them with the claimed ones. Timing is measurement, not a metric: it lives elsewhere.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+# Task metadata keys that get an accuracy breakdown when tasks carry them.
+GROUP_KEYS = ("subject", "level", "difficulty", "category")
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from ``n`` samples with ``c`` correct (Chen et al. 2021): ``1 - C(n-c, k) / C(n, k)``.
+
+    Computed as ``1 - prod_{i=n-c+1}^{n} (1 - k/i)``, which never forms the huge binomials.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got k={k}, n={n}")
+    if n - c < k:
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def default_ks(n: int) -> list[int]:
+    """Powers of two up to ``n``, plus ``n`` itself."""
+    ks, k = [], 1
+    while k <= n:
+        ks.append(k)
+        k *= 2
+    if ks[-1] != n:
+        ks.append(n)
+    return ks
+
+
+def majority_answer(parsed: Sequence[str | None]) -> int | None:
+    """Index of the first sample holding the most common parsed answer (ties: the answer seen first); None if none parsed."""
+    keys = [p.strip() if isinstance(p, str) and p.strip() else None for p in parsed]
+    counts = Counter(k for k in keys if k is not None)
+    if not counts:
+        return None
+    best = max(counts.values())
+    for i, key in enumerate(keys):
+        if key is not None and counts[key] == best:
+            return i
+    return None  # unreachable
+
+
+def whitespace_length(text: str) -> int:
+    return len(text.split())
+
+
+def _group_by_task(records: Iterable[Mapping[str, Any]]) -> dict[int, list[Mapping[str, Any]]]:
+    groups: dict[int, list[Mapping[str, Any]]] = defaultdict(list)
+    for r in records:
+        groups[int(r["task_index"])].append(r)
+    for g in groups.values():
+        g.sort(key=lambda r: int(r["sample_index"]))
+    return dict(sorted(groups.items()))
+
+
+def compute_metrics(records: Sequence[Mapping[str, Any]], n_samples: int, *, n_params: Any = None) -> dict[str, Any]:
+    """Every metric of a finished run. ``records`` must hold ``n_samples`` samples of each task."""
+    if not records:
+        raise ValueError("no records to compute metrics from")
+    by_task = _group_by_task(records)
+    for ti, group in by_task.items():
+        if len(group) != n_samples:
+            raise ValueError(f"task index {ti} has {len(group)} samples, expected {n_samples}")
+    n = n_samples
+    correct = [[bool(r["correct"]) for r in g] for g in by_task.values()]
+    metrics: dict[str, Any] = {"n_tasks": len(by_task), "n_samples": n, "n_records": len(records)}
+    counts = [sum(c) for c in correct]
+    for k in default_ks(n):
+        metrics[f"pass@{k}"] = float(np.mean([pass_at_k(n, c, k) for c in counts]))
+    metrics[f"mean@{n}"] = float(np.mean([c / n for c in counts]))
+    maj = []
+    for g in by_task.values():
+        i = majority_answer([r.get("parsed_answer") for r in g])
+        maj.append(False if i is None else bool(g[i]["correct"]))
+    metrics[f"maj@{n}"] = float(np.mean(maj))
+    metrics["accuracy"] = metrics[f"mean@{n}"]
+
+    for key in GROUP_KEYS:
+        groups: dict[str, list[bool]] = defaultdict(list)
+        for r in records:
+            value = (r.get("metadata") or {}).get(key)
+            if value is not None:
+                groups[str(value)].append(bool(r["correct"]))
+        if groups:
+            metrics[f"accuracy_by_{key}"] = {
+                v: {"accuracy": float(np.mean(cs)), "n": len(cs)} for v, cs in sorted(groups.items())
+            }
+
+    # Lengths: the agent's token counts when every record has one; otherwise whitespace words, labeled as such.
+    tokens = [r.get("tokens") for r in records]
+    have_tokens = all(isinstance(t, int) for t in tokens)
+    lengths = tokens if have_tokens else [whitespace_length(str(r["response"])) for r in records]
+    metrics["length_unit"] = "tokens" if have_tokens else "whitespace_words"
+    metrics["length_mean"] = float(np.mean(lengths))
+    metrics["length_median"] = float(statistics.median(lengths))
+    metrics["format_error_rate"] = float(np.mean([not r.get("format_ok", False) for r in records]))
+    metrics["tokens_generated"] = int(sum(tokens)) if have_tokens else None
+    # Forward-pass FLOPs of the generated tokens only (2 * params per token; prompt processing excluded).
+    params_ok = isinstance(n_params, (int, float)) and not isinstance(n_params, bool) and n_params > 0
+    metrics["flops_estimate"] = float(2 * n_params * metrics["tokens_generated"]) if params_ok and have_tokens else None
+    return metrics
+
+
+def metrics_match(claimed: Mapping[str, Any], recomputed: Mapping[str, Any], *, rel_tol: float = 1e-9) -> list[str]:
+    """Human-readable differences between two metric dicts (empty when they agree)."""
+    diffs = []
+    for key in sorted(set(claimed) | set(recomputed)):
+        a, b = claimed.get(key), recomputed.get(key)
+        if not _close(a, b, rel_tol):
+            diffs.append(f"{key}: claimed {a!r}, re-verified {b!r}")
+    return diffs
+
+
+def _close(a: Any, b: Any, rel_tol: float) -> bool:
+    if isinstance(a, Mapping) and isinstance(b, Mapping):
+        return set(a) == set(b) and all(_close(a[k], b[k], rel_tol) for k in a)
+    if isinstance(a, bool) or isinstance(b, bool):
+        return a is b
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+        return abs(a - b) <= rel_tol * max(1.0, abs(a), abs(b))
+    return a == b

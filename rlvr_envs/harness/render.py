@@ -1,0 +1,150 @@
+"""Static leaderboard site: ``index.html`` (sortable tables, provenance per row) and one accuracy-vs-length PNG per board.
+
+Every string from a board (model names, labels, provenance) is user-supplied, so all of it is HTML-escaped.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from rlvr_envs.harness.leaderboard import list_boards, load_board, ranked
+
+_SORT_JS = """
+document.querySelectorAll('table.board').forEach(function (table) {
+  table.querySelectorAll('th').forEach(function (th, col) {
+    th.addEventListener('click', function () {
+      var body = table.tBodies[0];
+      var rows = Array.prototype.slice.call(body.rows);
+      var asc = th.getAttribute('data-dir') !== 'asc';
+      table.querySelectorAll('th').forEach(function (h) { h.removeAttribute('data-dir'); });
+      th.setAttribute('data-dir', asc ? 'asc' : 'desc');
+      rows.sort(function (a, b) {
+        var x = a.cells[col].getAttribute('data-v'), y = b.cells[col].getAttribute('data-v');
+        var nx = parseFloat(x), ny = parseFloat(y);
+        var c = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : String(x).localeCompare(String(y));
+        return asc ? c : -c;
+      });
+      rows.forEach(function (r) { body.appendChild(r); });
+    });
+  });
+});
+"""
+
+_CSS = """
+body { font-family: system-ui, sans-serif; margin: 2em; color: #222; }
+table.board { border-collapse: collapse; margin: 1em 0; font-size: 14px; }
+table.board th, table.board td { border: 1px solid #ccc; padding: 4px 8px; text-align: right; vertical-align: top; }
+table.board td.text { text-align: left; }
+table.board th { background: #eef; cursor: pointer; user-select: none; }
+table.board th[data-dir=asc]::after { content: ' \\25B2'; }
+table.board th[data-dir=desc]::after { content: ' \\25BC'; }
+details pre { text-align: left; max-width: 60em; white-space: pre-wrap; font-size: 11px; }
+img.plot { max-width: 560px; border: 1px solid #ddd; }
+"""
+
+
+def plot_board(board: dict[str, Any], path: Path) -> None:
+    """Accuracy against mean response length, one point per entry."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    entries = ranked(list(board["entries"]))
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    units = sorted({e["metrics"].get("length_unit", "?") for e in entries})
+    for unit, marker in zip(units, "os^D"):
+        pts = [e for e in entries if e["metrics"].get("length_unit", "?") == unit]
+        ax.scatter([e["metrics"].get("length_mean", 0.0) for e in pts], [e["metrics"].get("accuracy", 0.0) for e in pts],
+                   marker=marker, s=50, label=f"length in {unit}", zorder=3)
+        for e in pts:
+            ax.annotate(_short(e), (e["metrics"].get("length_mean", 0.0), e["metrics"].get("accuracy", 0.0)),
+                        textcoords="offset points", xytext=(5, 5), fontsize=8)
+    ax.set_xlabel("mean response length")
+    ax.set_ylabel("accuracy (mean@n)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(f"{board['board']}: {board['env_id']}")
+    ax.grid(alpha=0.3)
+    if entries:
+        ax.legend(fontsize=8, loc="lower right")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _short(entry: dict[str, Any]) -> str:
+    name = entry.get("label") or entry["model"]
+    return name if len(name) <= 28 else name[:25] + "..."
+
+
+def _cell(value: Any, text: str | None = None, *, cls: str = "") -> str:
+    sort_value = "" if value is None else str(value)
+    shown = text if text is not None else ("" if value is None else str(value))
+    klass = f' class="{cls}"' if cls else ""
+    return f'<td{klass} data-v="{html.escape(sort_value, quote=True)}">{html.escape(shown)}</td>'
+
+
+def board_table(board: dict[str, Any]) -> str:
+    entries = ranked(list(board["entries"]))
+    head = ["#", "model", "label", "tasks", "samples", "accuracy", "pass@n", "maj@n", "mean length", "median length",
+            "format errors", "tokens", "wall s", "submitted", "provenance"]
+    rows = []
+    for rank, e in enumerate(entries, 1):
+        m, n = e["metrics"], e["n_samples"]
+        unit = "tok" if m.get("length_unit") == "tokens" else "words"
+        prov = json.dumps({"weights_hash": e.get("weights_hash"), "n_params": e.get("n_params"), "seed": e.get("seed"),
+                           "results_sha256": e.get("results_sha256"), **(e.get("provenance") or {})}, indent=1)
+        pass_n, maj_n = m.get(f"pass@{n}"), m.get(f"maj@{n}")
+        cells = [
+            _cell(rank), _cell(e["model"], cls="text"), _cell(e.get("label") or "", cls="text"),
+            _cell(e["n_tasks"]), _cell(n), _cell(m.get("accuracy"), f"{m.get('accuracy', 0):.4f}"),
+            _cell(pass_n, f"{pass_n:.4f} (n={n})" if pass_n is not None else ""),
+            _cell(maj_n, f"{maj_n:.4f} (n={n})" if maj_n is not None else ""),
+            _cell(m.get("length_mean"), f"{m.get('length_mean', 0):.1f} {unit}"),
+            _cell(m.get("length_median"), f"{m.get('length_median', 0):.1f} {unit}"),
+            _cell(m.get("format_error_rate"), f"{m.get('format_error_rate', 0):.3f}"),
+            _cell(m.get("tokens_generated")),
+            _cell(e.get("wall_time_s"), f"{e['wall_time_s']:.1f}" if e.get("wall_time_s") is not None else ""),
+            _cell(e.get("submitted_at", ""), cls="text"),
+            f'<td class="text" data-v=""><details><summary>show</summary><pre>{html.escape(prov)}</pre></details></td>',
+        ]
+        rows.append("<tr>" + "".join(cells) + "</tr>")
+    thead = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return f'<table class="board"><thead><tr>{thead}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def render_site(boards_dir: str | os.PathLike | None = None, out_dir: str | os.PathLike | None = None) -> Path:
+    """Write ``index.html`` and ``<board>.png`` files into ``out_dir``; return the HTML path."""
+    from rlvr_envs.harness.leaderboard import default_boards_dir
+
+    root = Path(boards_dir) if boards_dir is not None else default_boards_dir()
+    out = Path(out_dir) if out_dir is not None else root.parent / "site"
+    out.mkdir(parents=True, exist_ok=True)
+    sections = []
+    for path in list_boards(root):
+        board = load_board(path)
+        png = out / f"{path.stem}.png"
+        plot_board(board, png)
+        name = html.escape(board["board"])
+        sections.append(
+            f'<section id="{html.escape(path.stem, quote=True)}"><h2>{name} &mdash; {html.escape(board["env_id"])}</h2>'
+            f'<a href="{html.escape(png.name, quote=True)}"><img class="plot" src="{html.escape(png.name, quote=True)}" '
+            f'alt="accuracy vs response length for {name}"></a>{board_table(board)}</section>')
+    if not sections:
+        sections.append(f"<p>No boards in {html.escape(str(root))} yet.</p>")
+    page = (
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rlvr-envs leaderboards</title>"
+        f"<style>{_CSS}</style></head><body><h1>rlvr-envs leaderboards</h1>"
+        "<p>Every entry was re-verified with the environment's own verifier when submitted. "
+        "Click a column header to sort.</p>"
+        + "".join(sections) + f"<script>{_SORT_JS}</script></body></html>\n"
+    )
+    index = out / "index.html"
+    tmp = index.with_name(".index.html.tmp")
+    tmp.write_text(page, encoding="utf-8")
+    os.replace(tmp, index)
+    return index

@@ -1,0 +1,85 @@
+"""The static leaderboard page: table, plots, provenance, escaping; and that it renders in headless Chromium."""
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import matplotlib.image as mpimg
+import numpy as np
+import pytest
+from harness_toy import TOY_ID, SeededAgent
+
+from rlvr_envs.cli import main as rlvr_main
+from rlvr_envs.harness import evaluate
+from rlvr_envs.harness import leaderboard as lb
+from rlvr_envs.harness.render import render_site
+
+CHROMIUM = "/usr/bin/chromium"
+EVIL = "<script>alert('x')</script>"
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("lb")
+    for i, (board, samples) in enumerate([("toy", 1), ("toy", 2), ("toy", 3), ("toy-big", 2)]):
+        out = root / f"r{i}.json"
+        evaluate(SeededAgent(report_tokens=i % 2 == 0), TOY_ID, n_samples=samples, seed=i, limit=6 + 2 * i,
+                 out=out, progress=False, batch_size=4)
+        lb.submit(out, board, boards_dir=root / "boards", label=EVIL if i == 1 else f"run {i}")
+    assert rlvr_main(["leaderboard", "--boards-dir", str(root / "boards"), "render", "--out", str(root / "site")]) == 0
+    return root / "site"
+
+
+def test_page_has_tables_plots_and_provenance(site):
+    page = (site / "index.html").read_text()
+    assert page.count('<table class="board">') == 2
+    assert page.count("<tr>") == 2 + 4  # two header rows, four entries
+    for board in ("toy", "toy-big"):
+        png = site / f"{board}.png"
+        assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        assert f'src="{board}.png"' in page
+        img = mpimg.imread(png)
+        assert img.shape[0] > 200 and img[..., :3].std() > 0.05  # a drawn plot, not a blank canvas
+    assert "<details>" in page and "fingerprint" in page and "seeded-fake" in page
+    assert "addEventListener('click'" in page  # the sorting script
+    # User-supplied text is escaped, never injected as markup.
+    assert EVIL not in page and "&lt;script&gt;alert(" in page
+
+
+def test_rows_are_ranked_by_accuracy(site, tmp_path):
+    board = lb.load_board(site.parent / "boards" / "toy.json")
+    accs = [e["metrics"]["accuracy"] for e in lb.ranked(board["entries"])]
+    assert accs == sorted(accs, reverse=True) and len(accs) == 3
+    text = lb.format_board(board)
+    lines = text.splitlines()
+    assert lines[0] == f"board toy: {TOY_ID} (3 entries)" and "pass@n" in lines[1] and "maj@n" in lines[1]
+    assert [line.split()[0] for line in lines[3:]] == ["1", "2", "3"]
+
+
+def test_render_with_no_boards(tmp_path):
+    index = render_site(tmp_path / "none", tmp_path / "site")
+    assert "No boards" in index.read_text()
+
+
+def chromium(*args: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+             "--disable-background-networking", "--disable-component-update", "--disable-sync",
+             f"--user-data-dir={tmp_path / 'profile'}"]
+    return subprocess.run([CHROMIUM, *flags, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.skipif(not Path(CHROMIUM).exists() or shutil.which(CHROMIUM) is None,
+                    reason=f"{CHROMIUM} is absent (CI installs the Debian chromium package)")
+def test_page_renders_in_headless_chromium(site, tmp_path):
+    shot = tmp_path / "shot.png"
+    url = (site / "index.html").as_uri()
+    proc = chromium(f"--screenshot={shot}", "--window-size=1400,1800", "--dump-dom", url, tmp_path=tmp_path)
+    assert shot.exists(), proc.stderr[-2000:]
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (1800, 1400)
+    rgb = img[..., :3]
+    assert (rgb < 0.5).mean() > 0.005  # text and plot pixels, not a blank page
+    q = (rgb * 255).astype(np.uint32)
+    assert len(np.unique(q[..., 0] << 16 | q[..., 1] << 8 | q[..., 2])) > 50  # the plot's colours
+    # The DOM Chromium built: both tables and both plots are there.
+    assert proc.stdout.count('<table class="board">') == 2 and proc.stdout.count('class="plot"') == 2
