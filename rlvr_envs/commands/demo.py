@@ -9,7 +9,6 @@ re-run resumes finished work instead of redoing it.
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import time
 from pathlib import Path
