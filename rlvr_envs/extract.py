@@ -13,6 +13,7 @@ BOXED_COMMANDS = ("\\boxed", "\\fbox")
 DEFAULT_STYLES = ("boxed", "answer_tag", "hashes", "answer_is")
 
 _ANSWER_TAG = re.compile(r"<answer>(.*?)</answer>", re.DOTALL | re.IGNORECASE)
+_TOKEN = re.compile(r"[^\s$]+")
 _ANSWER_IS = re.compile(r"the (?:final )?answer is[:\s]*(.+?)(?:\.\s|\.$|\n|$)", re.IGNORECASE)
 
 
@@ -55,10 +56,10 @@ def boxed_candidates(text: str) -> list[str]:
             out.append(got[0].strip())
             pos = got[1]
         elif j > m.end():  # "\boxed 5" form: the next token
-            tok = re.match(r"[^\s$]+", text[j:])
+            tok = _TOKEN.match(text, j)  # match in place: slicing text[j:] here made hostile inputs quadratic
             if tok:
                 out.append(tok.group(0).strip())
-            pos = j + (tok.end() if tok else 0)
+            pos = tok.end() if tok else j
         else:
             pos = m.end()
 

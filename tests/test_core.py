@@ -129,3 +129,26 @@ def test_async_vector_env_with_plain_gymnasium_make_vec_and_unicode():
             assert list(rewards) == [1.0, 1.0]
     finally:
         envs.close()
+
+
+@pytest.mark.parametrize("text", [
+    "\\boxed 5 " * 200_000,              # unbraced markers: was quadratic (a slice per marker)
+    "<answer>" * 100_000 + "x" * 10_000,  # unclosed tags
+    "{" * 200_000 + "\\boxed{" * 1000,    # deep, unbalanced braces
+    "The answer is " * 50_000,
+])
+def test_extraction_is_linear_on_hostile_text(text):
+    import time
+
+    start = time.perf_counter()
+    extract_answer(text)
+    assert time.perf_counter() - start < 2.0
+
+
+def test_extraction_styles():
+    assert extract_answer("a \\boxed{\\frac{1}{2}} then \\boxed{x^{2}}")[0] == "x^{2}"
+    assert extract_answer("\\boxed{\\{1,2\\}}")[0] == "\\{1,2\\}"
+    assert extract_answer("work\n#### 1,234\n") == ("1,234", "hashes")
+    assert extract_answer("<answer> 7 </answer>") == ("7", "answer_tag")
+    assert extract_answer("So the final answer is 12.") == ("12", "answer_is")
+    assert extract_answer("\\boxed{unbalanced") == (None, None)
