@@ -86,3 +86,17 @@ def test_same_index_same_task_and_task_id_roundtrip():
     assert oa == ob and ia["task_id"] == ib["task_id"] == "rg-leg_counting-7"
     with pytest.raises(ValueError, match="unknown reasoning-gym task"):
         gym.make("rlvr/ReasoningGym-v0", task="no_such_task")
+
+
+@pytest.mark.parametrize("name", ["simple_integration", "intermediate_integration", "polynomial_equations"])
+def test_hostile_answers_to_sympy_scorers_return_within_the_limit(name):
+    import time
+
+    env = gym.make(f"rlvr/rg-{name}-v0", size=3, timeout=2.0)
+    env.reset(options={"index": 0})
+    env.step(env.unwrapped.gold_response(env.unwrapped.task))  # first call: worker imports reasoning-gym
+    for probe in ("exp(exp(exp(exp(100))))", "x**(10**100)", "factorial(10**9)", "(" * 500):
+        env.reset(options={"index": 0})
+        start = time.perf_counter()
+        _, reward, *_ = env.step(f"<answer>{probe}</answer>")
+        assert reward == 0.0 and time.perf_counter() - start < 2.0 + 1.5

@@ -12,6 +12,10 @@ Some generators have no single oracle answer (the scorer checks validity, e.g. `
 answer is the example solution in the entry's metadata, and ``boxnet``/``rush_hour`` have none at all, so their
 ``gold_response`` raises ``NotImplementedError`` (the gold-vs-random sweep reports them as such).
 
+Reproducibility: task ``i`` depends only on ``(seed, i)`` within a process, but a few generators (e.g.
+``polynomial_multiplication``) iterate over sets and so also depend on Python's hash seed: set ``PYTHONHASHSEED`` to
+get identical tasks across processes.
+
 Importing reasoning-gym takes seconds, so the generator names are a static table checked against the library in tests.
 """
 
@@ -55,6 +59,8 @@ COMPOSITE_DEFAULT = {"datasets": [{"name": n, "weight": 1.0, "config": {}}
                                   for n in ("basic_arithmetic", "leg_counting", "word_sorting")]}
 
 MAX_ANSWER_CHARS = 20_000
+DEFAULT_TIMEOUT = 5.0
+WARM_UP_TIMEOUT = 60.0
 DEFAULT_SIZE = 100_000
 SYSTEM_PROMPT = (
     "Think step by step, then give your final answer inside <answer></answer> tags, exactly in the format the "
@@ -124,10 +130,14 @@ def normalize_answer(answer: str) -> str:
     return answer.strip().strip("`").strip()
 
 
-def make_scorer(source: ReasoningGymSource):
-    dataset = source._dataset
+def make_scorer(source: ReasoningGymSource, timeout: float = DEFAULT_TIMEOUT):
+    """Scores in the math verifier's killable worker processes: several reasoning-gym scorers run SymPy on the model's
+    text, which can hang (``simplify`` of a hostile expression); a hard wall-clock limit bounds every call."""
+    config_json = json.dumps(source._config, sort_keys=True)
+    warmed = False  # the first job in a worker imports reasoning-gym (seconds): give it room once
 
     def score(task: Task, response: str) -> Verdict:
+        nonlocal warmed
         raw, _ = extract_answer(response, styles=("answer_tag", "boxed"))
         if raw is None:
             return Verdict.failed("no <answer> or \\boxed{} found")
@@ -137,22 +147,24 @@ def make_scorer(source: ReasoningGymSource):
         entry = task.metadata["entry"]
         if task.metadata.get("source_dataset") in EXACT_MATCH_ONLY:
             full = answer.casefold() == normalize_answer(str(entry["answer"])).casefold()
-        else:
-            try:
-                full = float(dataset.score_answer(answer, entry)) >= 1.0
-            except Exception as exc:  # a scorer crash on odd text is the response's failure, not the run's
-                return Verdict.failed(f"score_answer raised {type(exc).__name__}", parsed=answer, format_ok=True)
-        return Verdict(correct=full, reward=1.0 if full else 0.0, parsed=answer, format_ok=True)
+            return Verdict(correct=full, reward=float(full), parsed=answer, format_ok=True)
+        from rlvr_envs.verifiers.math import pool
+
+        job = ("rg", source.task_name, config_json, source._seed, len(source), entry)
+        full, error = pool().check("", answer, timeout if warmed else max(timeout, WARM_UP_TIMEOUT), job=job)
+        warmed = warmed or error is None
+        return Verdict(correct=full, reward=float(full), parsed=answer, error=error, format_ok=True)
 
     return score
 
 
 def make_env(task: str = "leg_counting", *, size: int = DEFAULT_SIZE, seed: int = 0,
              config: Mapping[str, Any] | None = None, system_prompt: str | None = SYSTEM_PROMPT,
-             **env_kwargs: Any) -> TextEnv:
-    """A single-turn env over reasoning-gym generator ``task`` (``config`` goes to its config dataclass)."""
+             timeout: float = DEFAULT_TIMEOUT, **env_kwargs: Any) -> TextEnv:
+    """A single-turn env over reasoning-gym generator ``task`` (``config`` goes to its config dataclass);
+    ``timeout`` is the hard wall-clock limit of one scoring call."""
     source = ReasoningGymSource(task, size=size, seed=seed, config=config)
-    return TextEnv(source, make_scorer(source), system_prompt=system_prompt, verifier_name="reasoning-gym",
+    return TextEnv(source, make_scorer(source, timeout), system_prompt=system_prompt, verifier_name="reasoning-gym",
                    gold_formatter=gold_response, **env_kwargs)
 
 

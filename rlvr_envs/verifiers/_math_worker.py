@@ -46,6 +46,30 @@ def check(gold: str, answer: str) -> bool:
     return bool(verify(gold_parsed, _parse(answer), timeout_seconds=None))
 
 
+@lru_cache(maxsize=64)
+def _rg_dataset(task: str, config_json: str, seed: int, size: int):
+    import json
+
+    import reasoning_gym
+
+    kwargs = json.loads(config_json)
+    if task == "composite":
+        from reasoning_gym.composite import DatasetSpec
+
+        kwargs["datasets"] = [DatasetSpec(**d) for d in kwargs["datasets"]]
+    return reasoning_gym.create_dataset(task, size=size, seed=seed, **kwargs)
+
+
+def run_job(job: tuple, answer: str) -> bool:
+    """Other verifiers that run untrusted-input code needing the same hard limit. ``("rg", task, config_json, seed,
+    size, entry)``: reasoning-gym's ``score_answer`` on the parent's entry (some generators depend on the hash seed,
+    so the entry is sent rather than regenerated here); full credit only."""
+    if job[0] != "rg":
+        raise ValueError(f"unknown verifier job {job[0]!r}")
+    _, task, config_json, seed, size, entry = job
+    return float(_rg_dataset(task, config_json, seed, size).score_answer(answer, entry)) >= 1.0
+
+
 def _limit_memory() -> None:
     try:
         import resource
@@ -73,13 +97,13 @@ def serve(rx: Connection, tx: Connection) -> None:
                 del warm_up_left[0]
                 if not warm_up_left:
                     tx.send(("warm", None, None))
-            gold, answer, sleep_s = rx.recv()
+            gold, answer, sleep_s, *job = rx.recv()
         except (EOFError, OSError):
             return
         if sleep_s:
             time.sleep(sleep_s)
         try:
-            reply = ("result", check(gold, answer), None)
+            reply = ("result", run_job(job[0], answer) if job and job[0] else check(gold, answer), None)
         except MemoryError:
             reply = ("result", False, "math-verify ran out of memory")
         except RecursionError:

@@ -348,8 +348,12 @@ class VerifierPool:
             return
         warnings.warn(f"math verifier: could not replace a worker ({error}); pool shrinks", stacklevel=1)
 
-    def check(self, gold: str, answer: str, timeout: float, *, _test_sleep: float = 0.0) -> tuple[bool, str | None]:
-        """``(correct, error)`` from Math-Verify within a hard wall-clock ``timeout`` (seconds), wait included."""
+    def check(self, gold: str, answer: str, timeout: float, *, _test_sleep: float = 0.0,
+              job: tuple | None = None) -> tuple[bool, str | None]:
+        """``(correct, error)`` from Math-Verify within a hard wall-clock ``timeout`` (seconds), wait included.
+
+        ``job`` runs another verifier's untrusted-input scoring in the same killable workers instead (see
+        ``_math_worker.run_job``)."""
         self.start()
         deadline = time.monotonic() + timeout
         while True:
@@ -360,7 +364,7 @@ class VerifierPool:
                 break
             self._discard(worker)  # died while idle (killed from outside, OOM): take another
         try:
-            worker.tx.send((gold, answer, _test_sleep))
+            worker.tx.send((gold, answer, _test_sleep, job))
             while worker.rx.poll(max(0.0, deadline - time.monotonic())):
                 kind, correct, error = worker.rx.recv()
                 if kind == "warm":  # the idle warm-up finished just before our request arrived
