@@ -100,3 +100,15 @@ def test_hostile_answers_to_sympy_scorers_return_within_the_limit(name):
         start = time.perf_counter()
         _, reward, *_ = env.step(f"<answer>{probe}</answer>")
         assert reward == 0.0 and time.perf_counter() - start < 2.0 + 1.5
+
+
+def test_generators_using_global_random_are_repeatable_and_leave_it_alone():
+    import random
+
+    env = gym.make("rlvr/rg-list_functions-v0", size=200)
+    random.seed(7)
+    expected_next = random.random()
+    random.seed(7)
+    for i in range(0, 200, 7):  # list_functions' generators call the global `random` module
+        assert env.unwrapped.source.task(i).question == env.unwrapped.source.task(i).question
+    assert random.random() == expected_next

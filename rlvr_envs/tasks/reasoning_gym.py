@@ -22,6 +22,8 @@ Importing reasoning-gym takes seconds, so the generator names are a static table
 from __future__ import annotations
 
 import json
+import random
+import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -58,6 +60,7 @@ _EXAMPLE_ANSWER_KEYS = ("possible_answer", "example_answer", "example_correct_an
 COMPOSITE_DEFAULT = {"datasets": [{"name": n, "weight": 1.0, "config": {}}
                                   for n in ("basic_arithmetic", "leg_counting", "word_sorting")]}
 
+_GLOBAL_RANDOM_LOCK = threading.Lock()
 MAX_ANSWER_CHARS = 20_000
 DEFAULT_TIMEOUT = 5.0
 WARM_UP_TIMEOUT = 60.0
@@ -94,7 +97,15 @@ class ReasoningGymSource(TaskSource):
     def task(self, index: int) -> Task:
         if not 0 <= index < self._size:
             raise IndexError(f"{self.name}: index {index} out of range [0, {self._size})")
-        entry = self._dataset[index]
+        with _GLOBAL_RANDOM_LOCK:
+            # Some generators draw from the global `random` module besides their own seeded Random: seed it per task
+            # and restore it, so task i is the same on every call and the caller's random state is untouched.
+            saved = random.getstate()
+            random.seed(f"{self._seed}:{index}")
+            try:
+                entry = self._dataset[index]
+            finally:
+                random.setstate(saved)
         meta = entry.get("metadata", {})
         answer = entry["answer"]
         if answer is None:
