@@ -29,21 +29,41 @@ _MV = "math-verify (process pool, hard timeout)"
 
 ENVS: list[EnvEntry] = [
     # -- math benchmarks (rlvr_envs/tasks/math.py, gsm8k.py) ---------------------------------------------------
-    EnvEntry("rlvr/MATH-v0", _MATH, "Hendrycks MATH (math/test.jsonl; split='train')", "5000 test / 7500 train", _MV,
+    EnvEntry("rlvr/MATH-v0", _MATH, "Hendrycks MATH (math/test.jsonl; split='train')", "5000 test / 7498 train", _MV,
              {"dataset": "math"}),
     EnvEntry("rlvr/MATH500-v0", _MATH, "MATH-500 (PRM800K split)", "500", _MV, {"dataset": "math500"}),
     EnvEntry("rlvr/AIME24-v0", _MATH, "AIME 2024", "30", _MV, {"dataset": "aime24"}),
     EnvEntry("rlvr/AIME25-v0", _MATH, "AIME 2025", "30", _MV, {"dataset": "aime25"}),
     EnvEntry("rlvr/AMC23-v0", _MATH, "AMC 2023", "40", _MV, {"dataset": "amc23"}),
-    EnvEntry("rlvr/OlympiadBench-v0", _MATH, "OlympiadBench (single-answer, text-only)", "see `rlvr list`", _MV,
-             {"dataset": "olympiadbench"}),
+    EnvEntry("rlvr/OlympiadBench-v0", _MATH, "OlympiadBench OE_TO_maths_en_COMP, single-answer subset",
+             "579 of 675", _MV, {"dataset": "olympiadbench"}),
     EnvEntry("rlvr/GSM8K-v0", "rlvr_envs.tasks.gsm8k:make_env", "GSM8K (split test/train)", "1319 test / 7473 train",
              _MV),
     # -- procedural (rlvr_envs/tasks/arithmetic.py, countdown.py) ------------------------------------------------
-    EnvEntry("rlvr/Arithmetic-v0", "rlvr_envs.tasks.arithmetic:make_env", "procedural, seeded", "procedural",
-             "exact integer"),
-    EnvEntry("rlvr/Countdown-v0", "rlvr_envs.tasks.countdown:make_env", "procedural, seeded (split='cd3_test': 256)",
-             "procedural", "ast whitelist, exact rationals"),
+    EnvEntry("rlvr/Arithmetic-v0", "rlvr_envs.tasks.arithmetic:make_env",
+             "procedural, seeded (default a +/- b, 0-99)", "procedural", "exact integer"),
+    EnvEntry("rlvr/Countdown-v0", "rlvr_envs.tasks.countdown:make_env",
+             "procedural, seeded, 3-4 numbers (up to 6; split='cd3_test': 256)", "procedural",
+             "ast whitelist, exact rationals"),
+    # -- agentic search (rlvr_envs/search; multi-turn, BM25 / dense / hybrid retriever=) --------------------------
+    EnvEntry("rlvr/HotpotQA-v0", "rlvr_envs.search.hotpotqa:make_env",
+             "HotpotQA dev distractor over its 1000 paragraphs (multihop/)", "100", "qa EM (reward='f1': token F1)"),
+    EnvEntry("rlvr/MultiHopSynth-v0", "rlvr_envs.search.synth:make_env",
+             "procedural fictional KB, seeded (corpus_size=, hops=)", "procedural", "qa EM (reward='f1': token F1)"),
+    # -- tool use (rlvr_envs/tools; ToolUse is multi-turn, BFCL single-turn) ------------------------------------------
+    EnvEntry("rlvr/ToolUse-v0", "rlvr_envs.tools.env:make_env",
+             "procedural SQLite sandbox (shop, calendar, files), state-grounded queries, 1-4 step plans (seed=)",
+             "procedural", "final state + answer x precision (plan / calls)"),
+    EnvEntry("rlvr/BFCL-v0", "rlvr_envs.tools.bfcl:make_env",
+             "BFCL v4 (bfcl/; category=simple_python|multiple|parallel|parallel_multiple|irrelevance|live_simple|"
+             "live_multiple|all)", "400 simple_python; 2551 all", "BFCL AST match", {"category": "simple_python"}),
+    # -- tabular bisimulation testbeds (rlvr_envs/mdp; Discrete observations, not text) ---------------------------
+    EnvEntry("rlvr/Grouped64-v0", "rlvr_envs.mdp.grouped:GroupedEnv", "procedural MDP, 8 bisimilar groups x 8 (mdp_seed=)",
+             "64 states", "MDP reward", {}, max_episode_steps=200),
+    EnvEntry("rlvr/Taxi-v0", "rlvr_envs.mdp.taxi:TaxiEnv", "Gymnasium Taxi-v4 model (rainy=True: slippery moves)",
+             "500 states", "MDP reward", {}, max_episode_steps=200),
+    EnvEntry("rlvr/Grid50-v0", "rlvr_envs.mdp.grid:GridEnv", "50x50 gridworld, +1 goal, -1 wall bump (size=)",
+             "2500 states", "MDP reward", {}, max_episode_steps=1000),
 ]
 
 
