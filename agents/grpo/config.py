@@ -1,0 +1,142 @@
+"""Training recipes: TOML files naming one component per stage plus hyper-parameters, with ``--set key=value``.
+
+Top-level keys are the run's settings (``TrainConfig``); ``[stages]`` names a component per stage; ``[params.<stage>]``
+holds that component's hyper-parameters. ``--set`` takes dotted keys (``model=tiny``, ``stages.advantage=dr_grpo``,
+``params.loss.clip_high=0.3``); values parse as TOML (``3``, ``1e-5``, ``true``, ``"x"``, ``[1, 2]``) and fall back to a
+plain string.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from agents.grpo.registry import STAGES
+
+RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+
+DEFAULT_STAGES = {
+    "prompt_selector": "random", "rollout_allocator": "fixed", "generation_controller": "none",
+    "group_transform": "none", "reward_shaper": "none", "advantage": "grpo", "loss": "grpo",
+    "replay_buffer": "none", "aggregator": "none", "orchestrator": "single",
+}
+
+
+@dataclass
+class TrainConfig:
+    description: str = ""
+    model: str = "smollm2"  # load_policy name: "smollm2", "tiny", an HF id or a path
+    engine: str = "hf"
+    env: str = "rlvr/Arithmetic-v0"
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    eval_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"seed_base": 1})  # held-out split
+    steps: int = 50
+    seed: int = 0
+    prompts_per_step: int = 8
+    max_new_tokens: int = 256
+    temperature: float = 1.0
+    top_p: float = 1.0
+    lr: float = 1e-5
+    weight_decay: float = 0.0
+    betas: list[float] = field(default_factory=lambda: [0.9, 0.999])
+    max_grad_norm: float = 1.0
+    train_layers: int = 2  # train the last N transformer layers (+ final norm); -1 = every parameter
+    micro_batch: int = 8  # rows per forward/backward; the loss is normalized by the whole batch
+    ppo_epochs: int = 1  # optimizer steps per batch (>1 recomputes old log-probs first)
+    refill_rounds: int = 0  # extra generation rounds when a group transform drops groups (DAPO)
+    kl_reference: bool = False  # keep a frozen copy of the start policy and store ref log-probs in the batch
+    eval_every: int = 10  # 0 = only before and after
+    eval_size: int = 64
+    eval_max_new_tokens: int | None = None
+    checkpoint_every: int = 10
+    keep_checkpoints: int = 1
+    out_dir: str = "runs/grpo"
+    bf16: bool = False  # bf16 autocast for the training forward (AMX CPUs)
+    logprob_chunk: int = 64
+    dtype: str = "float32"
+    progress: bool = True
+    plot: bool = True  # curves.png at the end of the run
+    stages: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_STAGES))
+    params: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+    def validate(self) -> None:
+        unknown = set(self.stages) - set(STAGES)
+        if unknown:
+            raise ValueError(f"unknown stage(s) {sorted(unknown)} in [stages]; stages: {', '.join(STAGES)}")
+        unknown = set(self.params) - set(STAGES)
+        if unknown:
+            raise ValueError(f"unknown stage(s) {sorted(unknown)} in [params]; stages: {', '.join(STAGES)}")
+        for name, lo in (("steps", 0), ("prompts_per_step", 1), ("max_new_tokens", 1), ("micro_batch", 1),
+                         ("ppo_epochs", 1), ("eval_size", 0), ("checkpoint_every", 0), ("keep_checkpoints", 1)):
+            if int(getattr(self, name)) < lo:
+                raise ValueError(f"{name} must be >= {lo}, got {getattr(self, name)}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def parse_value(text: str) -> Any:
+    try:
+        return tomllib.loads(f"v = {text}")["v"]
+    except tomllib.TOMLDecodeError:
+        return text
+
+
+def apply_override(data: dict[str, Any], assignment: str) -> None:
+    key, sep, value = assignment.partition("=")
+    if not sep or not key.strip():
+        raise ValueError(f"--set expects key=value, got {assignment!r}")
+    parts = key.strip().split(".")
+    node = data
+    for p in parts[:-1]:
+        node = node.setdefault(p, {})
+        if not isinstance(node, dict):
+            raise ValueError(f"--set {key}: {p!r} is not a table")
+    node[parts[-1]] = parse_value(value.strip())
+
+
+def resolve_recipe(name_or_path: str) -> Path:
+    path = Path(name_or_path)
+    if path.is_file():
+        return path
+    candidate = RECIPES_DIR / f"{name_or_path.removesuffix('.toml')}.toml"
+    if candidate.is_file():
+        return candidate
+    known = ", ".join(sorted(p.stem for p in RECIPES_DIR.glob("*.toml")))
+    raise FileNotFoundError(f"no recipe {name_or_path!r} (not a file; built-in recipes: {known})")
+
+
+def list_recipes() -> list[str]:
+    return sorted(p.stem for p in RECIPES_DIR.glob("*.toml"))
+
+
+def from_dict(data: dict[str, Any]) -> TrainConfig:
+    data = dict(data)
+    known = {f.name for f in dataclasses.fields(TrainConfig)}
+    unknown = set(data) - known
+    if unknown:
+        raise ValueError(f"unknown recipe key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
+    stages = dict(DEFAULT_STAGES)
+    stages.update(data.pop("stages", {}) or {})
+    cfg = TrainConfig(**data, stages=stages)
+    cfg.validate()
+    return cfg
+
+
+def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> TrainConfig:
+    path = resolve_recipe(name_or_path)
+    try:
+        data = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"{path}: not valid TOML: {exc}") from None
+    for assignment in overrides or []:
+        apply_override(data, assignment)
+    return from_dict(data)

@@ -1,0 +1,147 @@
+"""Stage registries of the GRPO core.
+
+Each stage of the training step is a registry of named components (``@register("grpo", stage="advantage")``). A
+recipe names one component per stage; the trainer builds them with the recipe's hyper-parameters and calls them in a
+fixed order. Duplicate names in a stage are rejected (as verl's ``core_algos`` registries do) so two methods can never
+silently shadow each other. Every component gets the whole ``GroupBatch`` and carries its own state in
+``state_dict()`` / ``load_state_dict()`` so a checkpoint restores it exactly.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+import numpy as np
+
+# Stage key -> the role's name in the design notes. The order is the order the trainer walks them.
+STAGES: dict[str, str] = {
+    "prompt_selector": "PromptSelector",
+    "rollout_allocator": "RolloutAllocator",
+    "generation_controller": "GenerationController",
+    "group_transform": "GroupTransform",
+    "reward_shaper": "RewardShaper",
+    "advantage": "AdvantageEstimator",
+    "loss": "Loss",
+    "replay_buffer": "ReplayBuffer",
+    "aggregator": "Aggregator",
+    "orchestrator": "Orchestrator",
+}
+
+_REGISTRY: dict[str, dict[str, type[Component]]] = {stage: {} for stage in STAGES}
+
+C = TypeVar("C", bound="type[Component]")
+
+
+class RegistryError(KeyError):
+    """A duplicate or unknown component name."""
+
+    def __str__(self) -> str:  # KeyError quotes its message; this one is meant to be read
+        return str(self.args[0])
+
+
+class Component:
+    """Base of every stage component. Hyper-parameters are keyword arguments of ``__init__``.
+
+    ``observe(batch)`` is called with the finished batch of every step (history for stateful components).
+    ``state_dict`` returns plain data (numbers, lists, dicts, numpy RNG states) that ``load_state_dict`` restores.
+    """
+
+    stage: str = ""
+    name: str = ""
+
+    def observe(self, batch: Any) -> None:
+        """Called once per step with the final batch; stateless components ignore it."""
+
+    def state_dict(self) -> dict[str, Any]:
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if state:
+            raise ValueError(f"{self.stage}/{self.name}: stateless component got state {sorted(state)}")
+
+    def describe(self) -> dict[str, Any]:
+        return {"stage": self.stage, "name": self.name}
+
+
+class SeededComponent(Component):
+    """A component with its own numpy generator (never the global state), saved in its state."""
+
+    def __init__(self, seed: int = 0):
+        self.rng = np.random.default_rng(seed)
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"rng": copy.deepcopy(self.rng.bit_generator.state)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        self.rng.bit_generator.state = state["rng"]
+
+
+def register(name: str, *, stage: str) -> Callable[[C], C]:
+    """Class decorator adding a component to a stage registry; a second component under the same name is an error."""
+    if stage not in _REGISTRY:
+        raise RegistryError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+
+    def wrap(cls: C) -> C:
+        table = _REGISTRY[stage]
+        if name in table:
+            other = table[name]
+            raise RegistryError(
+                f"{stage}: name {name!r} is already registered by {other.__module__}.{other.__qualname__}; "
+                f"cannot register {cls.__module__}.{cls.__qualname__}")
+        cls.stage, cls.name = stage, name
+        table[name] = cls
+        return cls
+
+    return wrap
+
+
+def unregister(name: str, *, stage: str) -> None:
+    """Remove a component (tests only)."""
+    _REGISTRY[stage].pop(name, None)
+
+
+def get(stage: str, name: str) -> type[Component]:
+    load_builtin()
+    if stage not in _REGISTRY:
+        raise RegistryError(f"unknown stage {stage!r}; stages: {', '.join(STAGES)}")
+    try:
+        return _REGISTRY[stage][name]
+    except KeyError:
+        known = ", ".join(sorted(_REGISTRY[stage])) or "(none)"
+        raise RegistryError(f"{stage}: no component named {name!r}; registered: {known}") from None
+
+
+def build(stage: str, name: str, params: dict[str, Any] | None = None) -> Component:
+    cls = get(stage, name)
+    try:
+        return cls(**(params or {}))
+    except TypeError as exc:
+        raise TypeError(f"{stage}/{name}: bad hyper-parameters {sorted(params or {})}: {exc}") from None
+
+
+def names(stage: str | None = None) -> dict[str, list[str]]:
+    """Registered names per stage (what ``rlvr train --list`` prints)."""
+    load_builtin()
+    stages = [stage] if stage else list(STAGES)
+    return {s: sorted(_REGISTRY[s]) for s in stages}
+
+
+_loaded = False
+
+
+def load_builtin() -> None:
+    """Import the baselines and every method file so their decorators run (each module registers itself once)."""
+    global _loaded
+    if _loaded:
+        return
+    _loaded = True
+    import importlib
+    import pkgutil
+
+    import agents.grpo.baselines  # noqa: F401
+    import agents.methods
+
+    for mod in pkgutil.iter_modules(agents.methods.__path__):
+        importlib.import_module(f"agents.methods.{mod.name}")

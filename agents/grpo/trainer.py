@@ -1,0 +1,385 @@
+"""The GRPO trainer: a straight walk through the stages, one step at a time.
+
+    select prompts -> allocate rollouts (rounds) -> generate + score -> group transform (refill) -> shape rewards
+    -> advantages -> replay -> loss / backward (micro-batches) -> optimizer -> aggregate -> observe -> log, eval, save
+
+Stages never call each other and never reach into the trainer; the trainer never knows which paper a component
+comes from. Generation is seeded per (run seed, step, round), so a resumed run draws the same rollouts as an
+uninterrupted one.
+"""
+
+from __future__ import annotations
+
+import copy
+import inspect
+import resource
+import time
+from collections import defaultdict
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import numpy as np
+import torch
+
+from agents.grpo import checkpoint
+from agents.grpo.batch import GroupBatch, Sample
+from agents.grpo.config import TrainConfig
+from agents.grpo.logprobs import response_logprobs
+from agents.grpo.metrics import MetricsLog, plot_curves
+from agents.grpo.registry import STAGES, Component, build, get
+
+# Keys a resumed run may change: how long it runs and how it reports, not what it computes.
+RESUME_MAY_CHANGE = frozenset({"steps", "out_dir", "progress", "plot", "eval_every", "checkpoint_every",
+                               "keep_checkpoints", "description"})
+
+
+def make_sampling(**kwargs: Any) -> Any:
+    try:
+        from agents.policy.engine import SamplingParams
+    except ImportError:  # the trainer only reads attributes; tests may run before the policy package exists
+        return SimpleNamespace(**{"top_p": 1.0, "seed": None, "stop": (), **kwargs})
+    return SamplingParams(**kwargs)
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    base = getattr(model, "base_model", model)
+    for attr in ("layers", "h", "blocks"):
+        layers = getattr(base, attr, None)
+        if isinstance(layers, torch.nn.ModuleList):
+            return layers
+    for name, module in model.named_modules():
+        if isinstance(module, torch.nn.ModuleList) and name.split(".")[-1] in ("layers", "h", "blocks"):
+            return module
+    raise ValueError(f"cannot find the transformer layers of {type(model).__name__}")
+
+
+def select_trainable(model: torch.nn.Module, last_n: int) -> list[str]:
+    """Freeze everything but the last ``last_n`` transformer layers and the final norm (``-1``: train everything).
+    Returns the trainable parameter names."""
+    if last_n < 0:
+        for p in model.parameters():
+            p.requires_grad_(True)
+        return [n for n, _ in model.named_parameters()]
+    for p in model.parameters():
+        p.requires_grad_(False)
+    layers = decoder_layers(model)
+    if last_n > len(layers):
+        raise ValueError(f"train_layers={last_n} but the model has {len(layers)} layers")
+    chosen = list(layers)[len(layers) - last_n:] if last_n else []
+    for layer in chosen:
+        for p in layer.parameters():
+            p.requires_grad_(True)
+    norm = getattr(getattr(model, "base_model", model), "norm", None)
+    if last_n and isinstance(norm, torch.nn.Module):
+        for p in norm.parameters():
+            p.requires_grad_(True)
+    names = [n for n, p in model.named_parameters() if p.requires_grad]
+    if not names:
+        raise ValueError("no trainable parameters (train_layers=0)")
+    return names
+
+
+def _build_component(stage: str, cfg: TrainConfig) -> Component:
+    name = cfg.stages.get(stage)
+    params = dict(cfg.params.get(stage, {}))
+    cls_params = inspect.signature(get(stage, name)).parameters
+    if "seed" in cls_params and "seed" not in params:
+        params["seed"] = cfg.seed
+    return build(stage, name, params)
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, *, policy: Any = None, engine: Any = None, env: Any = None,
+                 eval_env: Any = None):
+        cfg.validate()
+        self.cfg = cfg
+        self.out = Path(cfg.out_dir)
+        torch.manual_seed(cfg.seed)
+        np.random.seed(cfg.seed)
+        import random
+
+        random.seed(cfg.seed)
+        if policy is None:
+            try:
+                from agents.policy import load_policy
+            except ImportError:
+                from agents.policy.models import load_policy
+
+            policy = load_policy(cfg.model, dtype=cfg.dtype, seed=cfg.seed)
+        if engine is None:
+            from agents.policy.engine import make_engine
+
+            engine = make_engine(policy, backend=cfg.engine)
+        if env is None or eval_env is None:
+            import gymnasium as gym
+
+            import rlvr_envs  # noqa: F401  (registers rlvr/ ids)
+
+            env = env if env is not None else gym.make(cfg.env, **cfg.env_kwargs)
+            eval_env = eval_env if eval_env is not None else gym.make(cfg.env, **{**cfg.env_kwargs,
+                                                                                   **cfg.eval_env_kwargs})
+        self.policy, self.engine, self.env, self.eval_env = policy, engine, env, eval_env
+        self.model = policy.model
+        self.tokenizer = policy.tokenizer
+        self.pad_id = int(getattr(self.tokenizer, "pad_token_id", None) or 0)
+        self.trainable = select_trainable(self.model, cfg.train_layers)
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas))
+        self.components = {stage: _build_component(stage, cfg) for stage in STAGES}
+        self.ref_model = None
+        if cfg.kl_reference or getattr(self.components["loss"], "kl_coef", 0.0):  # a KL term needs a reference
+            self.ref_model = copy.deepcopy(self.model).eval()
+            for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        self.metrics = MetricsLog(self.out / "metrics.jsonl")
+        self.step = 0
+        self.rollouts_total = 0
+
+    # -- rollouts --------------------------------------------------------------------------------------------------
+    def _open_groups(self, indices: list[int], step: int, round_: int) -> dict[str, dict[str, Any]]:
+        groups: dict[str, dict[str, Any]] = {}
+        for j, index in enumerate(indices):
+            _, info = self.env.reset(options={"index": int(index)})
+            gid = f"{step}:{round_}:{j}:{info['task_id']}"
+            groups[gid] = {"task_id": info["task_id"], "prompt": self.policy.prompt_text(info["messages"])}
+        return groups
+
+    def _generate(self, requests: dict[str, int], groups: dict[str, dict[str, Any]], seed: int) -> GroupBatch:
+        by_n: dict[int, list[str]] = defaultdict(list)
+        for gid, n in requests.items():
+            if n > 0:
+                by_n[int(n)].append(gid)
+        samples: list[Sample] = []
+        ctrl = self.components["generation_controller"]
+        for call, n in enumerate(sorted(by_n)):
+            gids = by_n[n]
+            call_seed = seed * 7919 + call
+            sampling = ctrl.sampling(make_sampling(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                                                   max_new_tokens=self.cfg.max_new_tokens, seed=call_seed), self.step)
+            torch.manual_seed(call_seed)  # engines without a per-call seed still draw reproducibly
+            rollouts = self.engine.generate([groups[g]["prompt"] for g in gids], n, sampling)
+            if len(rollouts) != n * len(gids):
+                raise RuntimeError(f"engine returned {len(rollouts)} rollouts for {len(gids)} prompts x {n}")
+            for k, ro in enumerate(rollouts):
+                gid = gids[k // n]
+                self.env.reset(options={"task_id": groups[gid]["task_id"]})
+                _, reward, _, _, info = self.env.step(ro.text)
+                samples.append(Sample(
+                    group_id=gid, prompt=groups[gid]["prompt"], prompt_ids=list(ro.prompt_ids),
+                    response_ids=list(ro.response_ids), text=ro.text, reward=float(reward),
+                    correct=bool(info.get("correct", reward > 0)), logprobs=ro.logprobs, entropies=ro.entropies,
+                    finish_reason=ro.finish_reason,
+                    info={"task_id": groups[gid]["task_id"], "parsed_answer": info.get("parsed_answer"),
+                          "format_ok": info.get("format_ok"), "answer": info.get("answer")}))
+        return GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer)
+
+    def collect(self) -> tuple[GroupBatch | None, dict[str, float]]:
+        """Prompts -> rollouts in allocator rounds -> group transform, refilled while groups are missing."""
+        cfg, comp = self.cfg, self.components
+        n_tasks = len(self.env.unwrapped.source)
+        batch: GroupBatch | None = None
+        generated, refills, gen_reward = 0, 0, 0.0
+        for round_ in range(cfg.refill_rounds + 1):
+            need = cfg.prompts_per_step - (batch.num_groups if batch is not None else 0)
+            if need <= 0:
+                break
+            refills = round_
+            groups = self._open_groups(comp["prompt_selector"].select(need, n_tasks, self.step), self.step, round_)
+            requests = comp["rollout_allocator"].initial(list(groups))
+            part: GroupBatch | None = None
+            alloc_round = 0
+            while requests:
+                seed = (cfg.seed * 1_000_003 + self.step) * 1009 + round_ * 101 + alloc_round
+                new = self._generate(requests, groups, seed)
+                generated += len(new)
+                gen_reward += float(new.base_rewards.sum())
+                part = new if part is None else GroupBatch.concat([part, new])
+                requests = comp["rollout_allocator"].more(part)
+                alloc_round += 1
+            if part is None:
+                continue
+            part = comp["group_transform"](part)
+            if part is not None:
+                batch = part if batch is None else GroupBatch.concat([batch, part])
+        if batch is not None and batch.num_groups > cfg.prompts_per_step:
+            keep = set(list(dict.fromkeys(batch.group_ids))[: cfg.prompts_per_step])
+            batch = batch.select([i for i, g in enumerate(batch.group_ids) if g in keep])
+        self.rollouts_total += generated
+        return batch, {"rollouts": generated, "refill_rounds": refills,
+                       "generated_reward_mean": gen_reward / max(1, generated)}
+
+    # -- update ----------------------------------------------------------------------------------------------------
+    def _logprobs(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int]) -> tuple[torch.Tensor, ...]:
+        return response_logprobs(model, [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows],
+                                 chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.cfg.bf16)
+
+    def _no_grad_logprobs(self, model: torch.nn.Module, batch: GroupBatch) -> torch.Tensor:
+        out = torch.zeros_like(batch.behaviour_logprobs)
+        with torch.no_grad():
+            for start in range(0, len(batch), self.cfg.micro_batch):
+                rows = list(range(start, min(len(batch), start + self.cfg.micro_batch)))
+                lp, _ = self._logprobs(model, batch, rows)
+                out[rows, : lp.shape[1]] = lp.float()
+        return out
+
+    def update(self, batch: GroupBatch) -> dict[str, float]:
+        cfg, loss_fn = self.cfg, self.components["loss"]
+        self.model.train()
+        if self.ref_model is not None:
+            batch.ref_logprobs = self._no_grad_logprobs(self.ref_model, batch)
+        if cfg.ppo_epochs > 1:
+            batch.old_logprobs = self._no_grad_logprobs(self.model, batch)
+        totals: dict[str, float] = defaultdict(float)
+        ent_sum = 0.0
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        for _ in range(cfg.ppo_epochs):
+            self.optimizer.zero_grad(set_to_none=True)
+            loss_total = 0.0
+            for start in range(0, len(batch), cfg.micro_batch):
+                rows = list(range(start, min(len(batch), start + cfg.micro_batch)))
+                lp, ent = self._logprobs(self.model, batch, rows)
+                loss, m = loss_fn(batch, lp.float(), rows)
+                loss.backward()
+                loss_total += float(loss.detach())
+                for k, v in m.items():
+                    totals[k] += v
+                ent_sum += float(ent.sum())
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, cfg.max_grad_norm))
+            self.optimizer.step()
+        self.model.eval()
+        tokens = max(1.0, totals.get("tokens", 1.0))
+        out = {"loss": loss_total, "grad_norm": grad_norm, "policy_entropy": ent_sum / tokens,
+               "clip_frac": totals.get("clipped_tokens", 0.0) / tokens}
+        if "kl_sum" in totals:
+            out["kl"] = totals["kl_sum"] / tokens
+        return out
+
+    # -- evaluation ------------------------------------------------------------------------------------------------
+    def evaluate(self) -> dict[str, float]:
+        """Greedy decoding on the first ``eval_size`` tasks of the held-out env, scored by the env (base reward)."""
+        n = min(self.cfg.eval_size, len(self.eval_env.unwrapped.source))
+        if n == 0:
+            return {}
+        t0 = time.perf_counter()
+        prompts, task_ids = [], []
+        for i in range(n):
+            _, info = self.eval_env.reset(options={"index": i})
+            prompts.append(self.policy.prompt_text(info["messages"]))
+            task_ids.append(info["task_id"])
+        sampling = make_sampling(temperature=0.0, max_new_tokens=self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens,
+                                 seed=self.cfg.seed)
+        rollouts = self.engine.generate(prompts, 1, sampling)
+        correct, rewards, lengths = [], [], []
+        for tid, ro in zip(task_ids, rollouts):
+            self.eval_env.reset(options={"task_id": tid})
+            _, reward, _, _, info = self.eval_env.step(ro.text)
+            correct.append(bool(info.get("correct", reward > 0)))
+            rewards.append(float(reward))
+            lengths.append(len(ro.response_ids))
+        return {"eval_accuracy": float(np.mean(correct)), "eval_reward": float(np.mean(rewards)),
+                "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_s": time.perf_counter() - t0}
+
+    # -- checkpoints -----------------------------------------------------------------------------------------------
+    def state(self) -> dict[str, Any]:
+        trainable = set(self.trainable)
+        return {
+            "step": self.step, "rollouts_total": self.rollouts_total, "config": self.cfg.to_dict(),
+            "model": {k: v.detach().clone() for k, v in self.model.named_parameters() if k in trainable},
+            "optimizer": self.optimizer.state_dict(),
+            "components": {stage: c.state_dict() for stage, c in self.components.items()},
+            "rng": checkpoint.rng_state(),
+        }
+
+    def save(self) -> Path:
+        return checkpoint.save(self.out, self.step, self.state(), keep=self.cfg.keep_checkpoints)
+
+    def resume(self) -> bool:
+        """Load the newest checkpoint in ``out_dir`` if there is one; metrics past it are dropped."""
+        path = checkpoint.latest(self.out)
+        if path is None:
+            return False
+        state = checkpoint.load(path)
+        mine, theirs = self.cfg.to_dict(), state.get("config", {})
+        changed = sorted(k for k in mine if k not in RESUME_MAY_CHANGE and k in theirs and mine[k] != theirs[k])
+        if changed:
+            raise ValueError(f"{path} was written by a different recipe ({', '.join(changed)} differ); use another "
+                             f"out_dir or start over with --fresh")
+        params = dict(self.model.named_parameters())
+        missing = set(state["model"]) - set(params)
+        if missing or set(state["model"]) != set(self.trainable):
+            raise ValueError(f"{path}: trainable parameters differ from this run's (train_layers changed?)")
+        with torch.no_grad():
+            for k, v in state["model"].items():
+                params[k].copy_(v)
+        self.optimizer.load_state_dict(state["optimizer"])
+        for stage, c in self.components.items():
+            c.load_state_dict(state["components"].get(stage, {}))
+        checkpoint.set_rng_state(state["rng"])
+        self.step, self.rollouts_total = int(state["step"]), int(state["rollouts_total"])
+        self.metrics.truncate_after(self.step)
+        return True
+
+    # -- the loop --------------------------------------------------------------------------------------------------
+    def train_step(self) -> dict[str, Any]:
+        t0 = time.perf_counter()
+        batch, gen = self.collect()
+        t_gen = time.perf_counter() - t0
+        record: dict[str, Any] = {"kind": "train", "step": self.step, **gen, "rollouts_total": self.rollouts_total}
+        if batch is None:  # every group dropped and no refill left: nothing to learn from this step
+            record.update(groups=0, skipped=True)
+            return record
+        comp = self.components
+        batch.rewards = comp["reward_shaper"](batch).float()
+        batch.advantages = comp["advantage"](batch)
+        batch = comp["replay_buffer"](batch)
+        upd = self.update(batch)
+        comp["aggregator"].after_update(self.model, batch)
+        for c in comp.values():
+            c.observe(batch)
+        record.update(
+            groups=batch.num_groups, samples=len(batch), reward_mean=float(batch.base_rewards.mean()),
+            shaped_reward_mean=float(batch.rewards.mean()), accuracy=float(batch.correct.float().mean()),
+            response_len_mean=float(batch.response_lengths.float().mean()),
+            sampler_entropy=float((batch.entropies * batch.response_mask).sum() / batch.response_mask.sum().clamp(min=1)),
+            adv_abs_mean=float(batch.advantages.abs().mean()), **upd,
+            gen_s=t_gen, train_s=time.perf_counter() - t0 - t_gen,
+            peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
+        return record
+
+    def run(self, *, resume: bool = True, stop_after: int | None = None) -> list[dict[str, Any]]:
+        """Train to ``cfg.steps`` (resuming from ``out_dir`` unless ``resume=False``); ``stop_after`` ends the session
+        early at that step, as a kill would, without the final eval or checkpoint."""
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        resumed = resume and self.resume()
+        if not resumed:
+            self.metrics.path.unlink(missing_ok=True)
+            if cfg.eval_size:
+                self.metrics.write({"kind": "eval", "step": 0, **self.evaluate()})
+        bar = None
+        if cfg.progress:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.steps, initial=self.step, desc=Path(cfg.out_dir).name, unit="step")
+        while self.step < cfg.steps and (stop_after is None or self.step < stop_after):
+            self.step += 1
+            record = self.train_step()
+            self.metrics.write(record)
+            last = self.step == cfg.steps
+            if cfg.eval_size and (last or (cfg.eval_every and self.step % cfg.eval_every == 0)):
+                ev = self.evaluate()
+                self.metrics.write({"kind": "eval", "step": self.step, **ev})
+                record.update(ev)
+            if last or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):
+                self.save()
+            if bar is not None:
+                bar.update(1)
+                bar.set_postfix(reward=f"{record.get('reward_mean', float('nan')):.3f}",
+                                acc=f"{record.get('eval_accuracy', float('nan')):.3f}")
+        if bar is not None:
+            bar.close()
+        records = self.metrics.read()
+        if cfg.plot:
+            plot_curves(records, self.out / "curves.png")
+        return records

@@ -1,0 +1,1 @@
+"""Seed-paper methods, one file each; each registers its components into named stages of agents.grpo."""

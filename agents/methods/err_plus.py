@@ -1,0 +1,103 @@
+"""ERR+ (seed 000): sequential entropy resolution. Stage: RewardShaper (two shapers and the phase switch).
+
+Phase 1, ERR (entropy relief reward), over the thinking tokens (before ``</think>``; the whole response if there is
+none), T of them with entropies H_1..H_T:
+
+    r = base + lam * sum_{t=1}^{T-1} relu(H_t - H_{t+1} - delta) / log(T + 1),     lam = 0.3, delta = 0.01
+
+Phase 2, RRER (robust relative efficiency reward), with L the response length in tokens and group g:
+
+    z = (L - mean_g L) / (std_g L + 1e-5),   f = tanh(-0.5 z)
+    correct: r = base + alpha * f;   incorrect: r = base + alpha * min(0, f);   r = max(r, floor),   alpha = 0.3
+
+``err_plus`` runs ERR before ``switch_step`` and RRER from it on (the paper's sequential design: joint optimization
+conflicts early). Evaluation reports the env's base reward only (the trainer's eval never shapes).
+
+Our reading (hyper-parameters): the cap 1.5 applies to the shaped reward of phase 1 (r = min(r, cap)); std_g is the
+population std (a 1-sample group has z = 0); entropies are the sampler's token entropies stored in the batch; the
+thinking span is found by decoding token prefixes with the batch's tokenizer (without one, by the character share).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+
+from agents.grpo.batch import GroupBatch, group_mean, group_std
+from agents.grpo.registry import Component, register
+
+THINK_END = "</think>"
+
+
+def thinking_tokens(text: str, response_ids: list[int], tokenizer: Any = None, marker: str = THINK_END) -> int:
+    """How many response tokens precede ``marker`` (all of them when it is absent)."""
+    cut = text.find(marker)
+    if cut < 0:
+        return len(response_ids)
+    if tokenizer is None:
+        return round(len(response_ids) * cut / max(1, len(text)))
+    lo, hi = 0, len(response_ids)  # smallest k whose token k reaches into the marker: tokens 0..k-1 precede it
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(tokenizer.decode(response_ids[: mid + 1])) > cut:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo
+
+
+def entropy_relief(entropies: torch.Tensor, delta: float = 0.01) -> float:
+    """sum_t relu(H_t - H_{t+1} - delta) / log(T + 1) over one response's T thinking-token entropies."""
+    t = len(entropies)
+    if t < 2:
+        return 0.0
+    drops = torch.relu(entropies[:-1].double() - entropies[1:].double() - delta).sum()
+    return float(drops) / math.log(t + 1)
+
+
+@register("err", stage="reward_shaper")
+class EntropyReliefReward(Component):
+    def __init__(self, lam: float = 0.3, delta: float = 0.01, cap: float = 1.5, marker: str = THINK_END):
+        self.lam, self.delta, self.cap, self.marker = float(lam), float(delta), float(cap), marker
+
+    def __call__(self, batch: GroupBatch) -> torch.Tensor:
+        out = batch.rewards.clone().double()
+        lengths = batch.response_lengths.tolist()
+        for i in range(len(batch)):
+            t = thinking_tokens(batch.texts[i], batch.response_ids[i], batch.tokenizer, self.marker)
+            ent = batch.entropies[i, : min(t, lengths[i])]
+            out[i] = min(self.cap, float(out[i]) + self.lam * entropy_relief(ent, self.delta))
+        return out.float()
+
+
+@register("rrer", stage="reward_shaper")
+class RelativeEfficiencyReward(Component):
+    def __init__(self, alpha: float = 0.3, floor: float = -0.5, eps: float = 1e-5, temperature: float = 0.5):
+        self.alpha, self.floor, self.eps, self.temperature = float(alpha), float(floor), float(eps), float(temperature)
+
+    def __call__(self, batch: GroupBatch) -> torch.Tensor:
+        inverse, keys = batch.group_index()
+        length = batch.response_lengths.double()
+        mean = group_mean(length, inverse, len(keys))[inverse]
+        std = group_std(length, inverse, len(keys), unbiased=False)[inverse]
+        f = torch.tanh(-self.temperature * (length - mean) / (std + self.eps))
+        bonus = torch.where(batch.correct, f, torch.clamp(f, max=0.0))
+        return torch.clamp(batch.rewards.double() + self.alpha * bonus, min=self.floor).float()
+
+
+@register("err_plus", stage="reward_shaper")
+class ERRPlus(Component):
+    """ERR before ``switch_step``, RRER from it on (steps count from 1)."""
+
+    def __init__(self, switch_step: int = 50, err: dict[str, Any] | None = None, rrer: dict[str, Any] | None = None):
+        self.switch_step = int(switch_step)
+        self.err = EntropyReliefReward(**(err or {}))
+        self.rrer = RelativeEfficiencyReward(**(rrer or {}))
+
+    def phase(self, step: int) -> str:
+        return "err" if step < self.switch_step else "rrer"
+
+    def __call__(self, batch: GroupBatch) -> torch.Tensor:
+        return self.err(batch) if self.phase(batch.step) == "err" else self.rrer(batch)

@@ -1,0 +1,55 @@
+"""``rlvr train RECIPE [--set key=value ...]``: run a GRPO-core recipe; ``rlvr train --list`` shows the registries."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("train", help="train a policy with a GRPO-core recipe (agents/recipes/*.toml)",
+                       description="Run a training recipe: a built-in name (grpo, vigor, ...) or a TOML path. "
+                                   "Re-running with the same out_dir resumes from its last checkpoint.")
+    p.add_argument("recipe", nargs="?", help="recipe name or path to a .toml file")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a recipe key (dotted for tables: stages.advantage=lampo, params.loss.clip_high=0.3)")
+    p.add_argument("--list", action="store_true", help="list recipes and every stage's registered components")
+    p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in out_dir and start over")
+    p.add_argument("--dry-run", action="store_true", help="print the resolved recipe and exit")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    from agents.grpo.config import list_recipes, load_recipe
+    from agents.grpo.registry import STAGES, names
+
+    if args.list:
+        print("recipes: " + ", ".join(list_recipes()))
+        for stage, registered in names().items():
+            print(f"{STAGES[stage]:<20} ({stage}): {', '.join(registered)}")
+        return 0
+    if not args.recipe:
+        print("rlvr train: give a recipe (see `rlvr train --list`)", file=sys.stderr)
+        return 2
+    try:
+        cfg = load_recipe(args.recipe, args.overrides)
+    except (ValueError, FileNotFoundError) as exc:
+        print(f"rlvr train: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        import json
+
+        print(json.dumps(cfg.to_dict(), indent=2))
+        return 0
+    from agents.grpo.trainer import Trainer
+
+    trainer = Trainer(cfg)
+    records = trainer.run(resume=not args.fresh)
+    evals = [r for r in records if r.get("kind") == "eval"]
+    if evals:
+        print(f"held-out accuracy: {evals[0].get('eval_accuracy', float('nan')):.3f} (step {evals[0]['step']}) -> "
+              f"{evals[-1].get('eval_accuracy', float('nan')):.3f} (step {evals[-1]['step']})")
+    print(f"metrics: {trainer.metrics.path}  curves: {trainer.out / 'curves.png'}")
+    return 0

@@ -1,0 +1,1 @@
+"""Adapters that let other RL libraries use the rlvr environments."""

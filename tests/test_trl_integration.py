@@ -1,0 +1,54 @@
+"""TRL's GRPOTrainer runs with ``reward_fn`` on a tiny model for two steps (CPU, offline)."""
+
+from __future__ import annotations
+
+import pytest
+
+from rlvr_envs.integrations.trl import completion_text, dataset, reward_fn
+
+ENV = "rlvr/Arithmetic-v0"
+
+
+def test_reward_fn_scores_with_the_env_verifier():
+    data = dataset(ENV, 3, conversational=False)
+    import gymnasium as gym
+
+    env = gym.make(ENV).unwrapped
+    gold = [env.gold_response(env.source.task(env.source.index_of(t))) for t in data["task_id"]]
+    f = reward_fn(ENV)
+    assert f(prompts=data["prompt"], completions=gold, task_id=data["task_id"]) == [1.0, 1.0, 1.0]
+    wrong = ["\\boxed{-99999}"] * 3
+    assert f(prompts=data["prompt"], completions=wrong, task_id=data["task_id"]) == [0.0, 0.0, 0.0]
+    conv = [[{"role": "assistant", "content": g}] for g in gold]
+    assert f(prompts=data["prompt"], completions=conv, task_id=data["task_id"]) == [1.0, 1.0, 1.0]
+    with pytest.raises(KeyError, match="task_id"):
+        f(prompts=data["prompt"], completions=gold)
+    with pytest.raises(TypeError):
+        completion_text(3)
+
+
+def test_trl_grpo_trainer_two_steps(tmp_path):
+    trl = pytest.importorskip("trl")
+    from agents.policy.models import load_policy
+
+    policy = load_policy("tiny", seed=0)
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=4, max_completion_length=8,
+        max_steps=2, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no", learning_rate=1e-3,
+        bf16=False, seed=0, dataloader_num_workers=0)
+    f = reward_fn(ENV)
+    seen: list[float] = []
+
+    def counted(prompts, completions, **kw):
+        out = f(prompts, completions, **kw)
+        seen.extend(out)
+        return out
+
+    counted.__name__ = f.__name__
+    trainer = trl.GRPOTrainer(model=policy.model, reward_funcs=counted, args=args,
+                              train_dataset=dataset(ENV, 16), processing_class=policy.tokenizer)
+    result = trainer.train()
+    assert result.global_step == 2
+    assert len(seen) >= 8 and all(r in (0.0, 1.0) for r in seen)  # our verifier scored TRL's completions
+    logged = [h for h in trainer.state.log_history if "reward" in h]
+    assert logged, trainer.state.log_history
