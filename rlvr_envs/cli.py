@@ -8,7 +8,7 @@ import os
 import sys
 
 # Subcommand modules; each adds its own parser. Keep this list the only place that names them.
-COMMANDS = ["list", "demo", "sweep", "eval", "leaderboard", "bisim"]
+COMMANDS = ["list", "demo", "sweep", "eval", "leaderboard", "bisim", "train"]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,0 +1,404 @@
+"""Rollout engines behind one interface, and the ``hf`` backend (our own KV-cached decode loop over a transformers model).
+
+``generate(prompts, n, sampling, *, seeds=None) -> list[Rollout]`` returns ``n`` rollouts per prompt in prompt-major
+order. Conventions shared by every backend:
+
+- ``logprobs[k]`` is the log-probability of ``response_ids[k]`` under the policy's distribution *with temperature
+  applied* (``log_softmax(logits / T)``), without top-p truncation: that is what a trainer recomputes from the same
+  weights, so on-policy importance ratios start at exactly 1. Greedy decoding (``temperature == 0``) reports ``T = 1``.
+  ``entropies[k]`` is the entropy of that same distribution.
+- ``response_ids`` include the EOS token when the model stopped by itself (its logprob matters for learning to stop);
+  ``text`` never contains special tokens. On a stop string, ``response_ids`` end with the token that completed it and
+  ``text`` is cut before it (vLLM's convention). ``finish_reason`` is ``"stop"`` (EOS or stop string) or ``"length"``.
+- Randomness: each rollout has its own generator seeded from ``seeds[i]`` (or ``sampling.seed`` and the prompt index)
+  and its sample index, so a rollout does not depend on which other rollouts share its batch.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import inspect
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+
+FINISH_REASONS = ("stop", "length")
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    seed: int | None = None
+    stop: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        stop = (self.stop,) if isinstance(self.stop, str) else tuple(self.stop)
+        object.__setattr__(self, "stop", stop)
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ValueError(f"temperature must be a finite number >= 0, got {self.temperature!r}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p!r}")
+        if not (isinstance(self.max_new_tokens, int) and self.max_new_tokens >= 1):
+            raise ValueError(f"max_new_tokens must be an int >= 1, got {self.max_new_tokens!r}")
+        if self.seed is not None and not isinstance(self.seed, (int, np.integer)):
+            raise ValueError(f"seed must be an int or None, got {self.seed!r}")
+        if any(not isinstance(s, str) or not s for s in stop):
+            raise ValueError(f"stop must be non-empty strings, got {self.stop!r}")
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature == 0
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["stop"] = list(self.stop)
+        return d
+
+
+@dataclass
+class Rollout:
+    prompt_ids: list[int]
+    response_ids: list[int]
+    text: str
+    logprobs: list[float]
+    entropies: list[float] | None  # None where a backend cannot provide them (vLLM)
+    finish_reason: str
+    seed: int | None = None  # the rollout's own sampling seed
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.response_ids)
+
+
+class RolloutEngine(abc.ABC):
+    """``generate`` returns ``n`` rollouts per prompt, prompt-major. ``seeds`` (one per prompt) overrides
+    ``sampling.seed``: rollout ``j`` of prompt ``i`` then depends only on ``(seeds[i], j)``."""
+
+    backend: str = "?"
+
+    @abc.abstractmethod
+    def generate(
+        self, prompts: Sequence[str] | Sequence[Sequence[int]], n: int, sampling: SamplingParams,
+        *, seeds: Sequence[int] | None = None,
+    ) -> list[Rollout]: ...
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.backend}
+
+
+def rollout_seeds(n_prompts: int, n: int, sampling: SamplingParams, seeds: Sequence[int] | None) -> list[list[int]]:
+    """Per-rollout seeds ``[prompt][sample]``: from ``seeds[i]`` and ``j``, else from ``sampling.seed``, ``i`` and ``j``;
+    with neither, from torch's global RNG (so ``torch.manual_seed`` still makes a run repeatable)."""
+    if seeds is not None:
+        if len(seeds) != n_prompts:
+            raise ValueError(f"seeds has {len(seeds)} entries for {n_prompts} prompts")
+        keys = [(int(s), ()) for s in seeds]
+    else:
+        base = sampling.seed if sampling.seed is not None else int(torch.randint(0, 2**62, ()).item())
+        keys = [(int(base), (i,)) for i in range(n_prompts)]
+    out = []
+    for entropy, spawn in keys:
+        out.append([int(np.random.SeedSequence(entropy, spawn_key=(*spawn, j)).generate_state(1, np.uint64)[0] >> 1)
+                    for j in range(n)])
+    return out
+
+
+def encode_prompts(tokenizer: Any, prompts: Sequence[str] | Sequence[Sequence[int]], *,
+                   add_special_tokens: bool = False) -> list[list[int]]:
+    """Token ids for each prompt. Strings are encoded without extra special tokens by default: chat-templated text
+    already carries them."""
+    if isinstance(prompts, (str, bytes)) or not isinstance(prompts, Sequence) or len(prompts) == 0:
+        raise ValueError("prompts must be a non-empty list of strings or of token-id lists")
+    out = []
+    for i, p in enumerate(prompts):
+        if isinstance(p, str):
+            ids = tokenizer(p, add_special_tokens=add_special_tokens)["input_ids"]
+        elif isinstance(p, Sequence) and all(isinstance(t, (int, np.integer)) for t in p):
+            ids = [int(t) for t in p]
+        else:
+            raise ValueError(f"prompt {i} is neither a string nor a list of token ids: {type(p).__name__}")
+        if not ids:
+            raise ValueError(f"prompt {i} is empty")
+        out.append(list(ids))
+    return out
+
+
+def eos_ids(model: Any, tokenizer: Any) -> set[int]:
+    ids: set[int] = set()
+    gen = getattr(model, "generation_config", None)
+    for src in (getattr(gen, "eos_token_id", None), getattr(tokenizer, "eos_token_id", None)):
+        if isinstance(src, int):
+            ids.add(src)
+        elif isinstance(src, (list, tuple)):
+            ids.update(int(t) for t in src)
+    return ids
+
+
+def cut_at_stop(tokenizer: Any, response_ids: list[int], stop: Sequence[str]) -> tuple[int, str] | None:
+    """If the decoded response contains a stop string: (number of tokens up to and including the one that completes
+    the earliest stop string, text before it). ``None`` when no stop string occurs."""
+    text = tokenizer.decode(response_ids, skip_special_tokens=True)
+    hits = [(text.find(s), s) for s in stop if s in text]
+    if not hits:
+        return None
+    at, s = min(hits)
+    need = at + len(s)
+    lo, hi = 1, len(response_ids)  # smallest k whose decoded prefix reaches past the stop string
+    while lo < hi:
+        mid = (lo + hi) // 2
+        if len(tokenizer.decode(response_ids[:mid], skip_special_tokens=True)) >= need:
+            hi = mid
+        else:
+            lo = mid + 1
+    return lo, text[:at]
+
+
+def pick_tokens(logits: torch.Tensor, sampling: SamplingParams, uniforms: torch.Tensor | None
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Choose one token per row. Returns (tokens, logprobs of them, entropies) under ``softmax(logits / T)``
+    (``T = 1`` when greedy). Sampling is inverse-CDF with one uniform per row (top-p: over the sorted nucleus)."""
+    logits = logits.float()
+    scaled = logits if sampling.greedy else logits / sampling.temperature
+    logp = torch.log_softmax(scaled, dim=-1)
+    probs = logp.exp()
+    entropy = -(probs * logp).nan_to_num().sum(-1)  # 0 * -inf = nan for masked tokens
+    if sampling.greedy:
+        tokens = logits.argmax(-1)
+    else:
+        assert uniforms is not None
+        if sampling.top_p < 1.0:
+            sorted_p, order = probs.sort(dim=-1, descending=True)
+            before = sorted_p.cumsum(-1) - sorted_p
+            sorted_p = sorted_p * (before < sampling.top_p)  # the top token always stays (before == 0)
+            cdf = sorted_p.double().cumsum(-1)
+        else:
+            order, cdf = None, probs.double().cumsum(-1)
+        target = (uniforms.double() * cdf[:, -1]).unsqueeze(-1)
+        idx = torch.searchsorted(cdf, target, right=True).clamp_(max=cdf.shape[-1] - 1)
+        tokens = (order.gather(-1, idx) if order is not None else idx).squeeze(-1)
+    return tokens, logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1), entropy
+
+
+@functools.cache
+def _prealloc_layer_class() -> type:
+    from transformers.cache_utils import DynamicLayer
+
+    class PreallocLayer(DynamicLayer):
+        """Writes into preallocated buffers instead of ``torch.cat``-ing the whole cache every step (a full copy per
+        layer per token). ``capacity`` (the initial size) is set by the engine; buffers double when full."""
+
+        capacity = 0
+
+        def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
+            b, h, _, d = key_states.shape
+            self.device = key_states.device
+            self._k = key_states.new_empty((b, h, self.capacity, d))
+            self._v = value_states.new_empty((b, h, self.capacity, value_states.shape[-1]))
+            self._len = 0
+            self.keys, self.values = self._k[:, :, :0], self._v[:, :, :0]
+            self.is_initialized = True
+
+        def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any
+                   ) -> tuple[torch.Tensor, torch.Tensor]:
+            if not self.is_initialized:
+                self.lazy_initialization(key_states, value_states)
+            end = self._len + key_states.shape[-2]
+            if end > self._k.shape[2]:  # grow geometrically: amortized O(1) copies per token
+                grow = max(end, 2 * self._k.shape[2]) - self._k.shape[2]
+                self._k = torch.cat([self._k, self._k.new_empty((*self._k.shape[:2], grow, self._k.shape[3]))], 2)
+                self._v = torch.cat([self._v, self._v.new_empty((*self._v.shape[:2], grow, self._v.shape[3]))], 2)
+            self._k[:, :, self._len:end] = key_states
+            self._v[:, :, self._len:end] = value_states
+            self._len = end
+            self.keys, self.values = self._k[:, :, :end], self._v[:, :, :end]
+            return self.keys, self.values
+
+        def get_seq_length(self) -> int:
+            return self._len if self.is_initialized else 0
+
+        def batch_select_indices(self, indices: torch.Tensor) -> None:
+            if self.is_initialized:
+                self._k, self._v = self._k[indices], self._v[indices]
+                self.keys, self.values = self._k[:, :, :self._len], self._v[:, :, :self._len]
+
+    return PreallocLayer
+
+
+def new_cache(capacity: int | None) -> Any:
+    """A transformers ``DynamicCache``; with ``capacity``, its layers preallocate that many positions (and grow)."""
+    from transformers import DynamicCache
+
+    cache = DynamicCache()
+    if capacity:
+        base = _prealloc_layer_class()
+        cache.layer_class_to_replicate = type("PreallocLayer", (base,), {"capacity": int(capacity)})
+    return cache
+
+
+@dataclass
+class _Row:
+    prompt: int
+    seed: int
+    gen: torch.Generator | None
+    ids: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    entropies: list[float] = field(default_factory=list)
+    finish: str | None = None
+
+
+class HFEngine(RolloutEngine):
+    """Batched generation with our own decode loop over ``model(..., past_key_values=DynamicCache)``.
+
+    Each distinct prompt of a batch is prefilled once (left-padded, only the last position's logits computed) and
+    its KV cache is copied to its rows, so a GRPO group of n shares one prefill. Rows that finish are dropped from
+    the batch (cache rows included) once ``prune_fraction`` of the live batch has finished, so long-tail rollouts
+    don't drag finished ones along. ``max_batch_size`` bounds the rows decoded together.
+    """
+
+    backend = "hf"
+
+    def __init__(self, policy: Any, *, max_batch_size: int = 64, prune_fraction: float = 0.25,
+                 add_special_tokens: bool = False, preallocate: bool = True, cache_block: int = 256,
+                 ignore_eos: bool = False) -> None:
+        if max_batch_size < 1:
+            raise ValueError("max_batch_size must be >= 1")
+        self.policy = policy
+        self.model = policy.model
+        self.tokenizer = policy.tokenizer
+        self.max_batch_size = max_batch_size
+        self.prune_fraction = prune_fraction
+        self.add_special_tokens = add_special_tokens
+        self.preallocate = preallocate
+        self.cache_block = cache_block  # KV positions preallocated beyond the prompt (buffers double when full)
+        self.eos = set() if ignore_eos else eos_ids(self.model, self.tokenizer)  # ignore_eos: fixed-length benchmarks
+        pad = getattr(self.tokenizer, "pad_token_id", None)
+        eos = eos_ids(self.model, self.tokenizer)
+        self.pad_id = int(pad) if pad is not None else (min(eos) if eos else 0)
+        self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
+        # transformers 5.x renamed the forward's `past_key_values` to `cache`; the cache object is updated in place.
+        params = inspect.signature(self.model.forward).parameters
+        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    def describe(self) -> dict[str, Any]:
+        return {"backend": self.backend, "max_batch_size": self.max_batch_size, "logprobs": "log_softmax(logits/T)"}
+
+    def generate(
+        self, prompts: Sequence[str] | Sequence[Sequence[int]], n: int, sampling: SamplingParams,
+        *, seeds: Sequence[int] | None = None,
+    ) -> list[Rollout]:
+        if not isinstance(n, int) or n < 1:
+            raise ValueError(f"n must be an int >= 1, got {n!r}")
+        prompt_ids = encode_prompts(self.tokenizer, prompts, add_special_tokens=self.add_special_tokens)
+        longest = max(len(p) for p in prompt_ids)
+        if self.max_positions and longest + sampling.max_new_tokens > self.max_positions:
+            raise ValueError(f"prompt ({longest} tokens) + max_new_tokens ({sampling.max_new_tokens}) exceeds the "
+                             f"model's {self.max_positions} positions")
+        row_seeds = rollout_seeds(len(prompt_ids), n, sampling, seeds)
+        rows = []
+        for i in range(len(prompt_ids)):
+            for j in range(n):
+                gen = None
+                if not sampling.greedy:
+                    gen = torch.Generator().manual_seed(row_seeds[i][j])
+                rows.append(_Row(prompt=i, seed=row_seeds[i][j], gen=gen))
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                for start in range(0, len(rows), self.max_batch_size):
+                    self._decode(prompt_ids, rows[start:start + self.max_batch_size], sampling)
+        finally:
+            self.model.train(was_training)
+        return [self._finish(prompt_ids[r.prompt], r, sampling) for r in rows]
+
+    def _prefill(self, prompt_ids: list[list[int]], rows: list[_Row], max_new_tokens: int
+                 ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
+        units = sorted({r.prompt for r in rows})
+        unit_of = {p: k for k, p in enumerate(units)}
+        width = max(len(prompt_ids[p]) for p in units)
+        ids = torch.full((len(units), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(units), width), dtype=torch.long)
+        for k, p in enumerate(units):
+            seq = prompt_ids[p]
+            ids[k, width - len(seq):] = torch.tensor(seq)
+            mask[k, width - len(seq):] = 1
+        device = self.model.device
+        ids, mask = ids.to(device), mask.to(device)
+        positions = (mask.cumsum(-1) - 1).clamp_(min=0)
+        cache = new_cache(width + min(max_new_tokens, self.cache_block) if self.preallocate else None)
+        # Without padding, no mask: SDPA then runs causal / grouped-query attention without materializing one.
+        out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask, position_ids=positions,
+                         use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
+        expand = torch.tensor([unit_of[r.prompt] for r in rows], device=device)
+        if len(units) != len(rows) or not torch.equal(expand.cpu(), torch.arange(len(rows))):
+            cache.batch_select_indices(expand)  # one prefill per distinct prompt, copied to its rows
+        return cache, out.logits[:, -1, :][expand], mask[expand], positions[expand, -1]
+
+    def _decode(self, prompt_ids: list[list[int]], rows: list[_Row], sampling: SamplingParams) -> None:
+        cache, logits, mask, last_pos = self._prefill(prompt_ids, rows, sampling.max_new_tokens)
+        unpadded = bool(mask.all())  # stays so: rows only ever get dropped
+        live = list(range(len(rows)))  # batch position -> index into rows
+        stop_window = max((len(s) for s in sampling.stop), default=0) + 8
+        for step in range(sampling.max_new_tokens):
+            uniforms = None
+            if not sampling.greedy:
+                uniforms = torch.cat([torch.rand(1, generator=rows[i].gen) for i in live]).to(logits.device)
+            tokens, logps, ents = pick_tokens(logits, sampling, uniforms)
+            tok_list, lp_list, ent_list = tokens.tolist(), logps.tolist(), ents.tolist()
+            for b, i in enumerate(live):
+                row = rows[i]
+                if row.finish is not None:
+                    continue
+                row.ids.append(tok_list[b])
+                row.logprobs.append(lp_list[b])
+                row.entropies.append(ent_list[b])
+                if tok_list[b] in self.eos:
+                    row.finish = "stop"
+                elif sampling.stop and any(
+                        s in self.tokenizer.decode(row.ids[-stop_window:], skip_special_tokens=True)
+                        for s in sampling.stop):
+                    row.finish = "stop"
+                elif step == sampling.max_new_tokens - 1:
+                    row.finish = "length"
+            done = [rows[i].finish is not None for i in live]
+            if all(done) or step == sampling.max_new_tokens - 1:
+                break
+            if sum(done) >= max(1, self.prune_fraction * len(live)):
+                keep = torch.tensor([b for b, d in enumerate(done) if not d], device=mask.device)
+                cache.batch_select_indices(keep)
+                mask, last_pos, tokens = mask[keep], last_pos[keep], tokens[keep]
+                live = [live[b] for b in keep.tolist()]
+            last_pos = last_pos + 1
+            mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
+            out = self.model(input_ids=tokens.unsqueeze(-1), attention_mask=None if unpadded else mask,
+                             position_ids=last_pos.unsqueeze(-1), use_cache=True, **{self.cache_kw: cache})
+            logits = out.logits[:, -1, :]
+
+    def _finish(self, prompt: list[int], row: _Row, sampling: SamplingParams) -> Rollout:
+        ids, lps, ents, reason = row.ids, row.logprobs, row.entropies, row.finish or "length"
+        cut = cut_at_stop(self.tokenizer, ids, sampling.stop) if sampling.stop else None
+        if cut is not None:
+            k, text = cut
+            ids, lps, ents, reason = ids[:k], lps[:k], ents[:k], "stop"
+        else:
+            text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        return Rollout(list(prompt), list(ids), text, list(lps), list(ents), reason, seed=row.seed)
+
+
+def make_engine(policy: Any, backend: str = "hf", **kwargs: Any) -> RolloutEngine:
+    """``hf`` (any CPU/GPU transformers model) or ``vllm`` (needs the ``vllm`` package and a GPU)."""
+    if backend == "hf":
+        return HFEngine(policy, **kwargs)
+    if backend == "vllm":
+        from agents.policy.vllm_engine import VLLMEngine
+
+        return VLLMEngine(policy, **kwargs)
+    raise ValueError(f"unknown backend {backend!r}; use 'hf' or 'vllm'")
