@@ -126,6 +126,23 @@ class ListSource(TaskSource):
         return self._fingerprint
 
 
+def select_task_index(source: TaskSource, options: Mapping[str, Any] | None, rng: Any) -> int:
+    """The task an episode gets: ``options["task_id"]``, ``options["index"]``, or a draw from the env's ``np_random``.
+
+    Shared by every env (single- and multi-turn) so all of them accept the same reset options."""
+    options = options or {}
+    if "task_id" in options and "index" in options:
+        raise ValueError("pass either options['task_id'] or options['index'], not both")
+    if "task_id" in options:
+        return source.index_of(str(options["task_id"]))
+    if "index" in options:
+        index = int(options["index"])
+        if not 0 <= index < len(source):
+            raise IndexError(f"index {index} out of range [0, {len(source)})")
+        return index
+    return int(rng.integers(len(source)))
+
+
 def render_messages(messages: Sequence[Message]) -> str:
     """A plain rendering of a chat for the observation; policies apply their own chat template to ``info['messages']``."""
     if len(messages) == 1 and messages[0]["role"] == "user":
@@ -172,17 +189,7 @@ class TextEnv(gym.Env[str, str]):
 
     # -- task selection -------------------------------------------------------------------------------------------
     def _select_index(self, options: Mapping[str, Any] | None) -> int:
-        options = options or {}
-        if "task_id" in options and "index" in options:
-            raise ValueError("pass either options['task_id'] or options['index'], not both")
-        if "task_id" in options:
-            return self.source.index_of(str(options["task_id"]))
-        if "index" in options:
-            index = int(options["index"])
-            if not 0 <= index < len(self.source):
-                raise IndexError(f"index {index} out of range [0, {len(self.source)})")
-            return index
-        return int(self.np_random.integers(len(self.source)))
+        return select_task_index(self.source, options, self.np_random)
 
     def messages_for(self, task: Task) -> list[Message]:
         messages = [dict(m) for m in task.messages]

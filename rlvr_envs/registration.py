@@ -41,7 +41,7 @@ ENVS: list[EnvEntry] = [
              _MV),
     # -- procedural (rlvr_envs/tasks/arithmetic.py, countdown.py) ------------------------------------------------
     EnvEntry("rlvr/Arithmetic-v0", "rlvr_envs.tasks.arithmetic:make_env",
-             "procedural, seeded (default a +/- b, 0-99)", "procedural", "exact integer"),
+             "procedural, seeded (default a +/- b, 0-50)", "procedural", "exact integer"),
     EnvEntry("rlvr/Countdown-v0", "rlvr_envs.tasks.countdown:make_env",
              "procedural, seeded, 3-4 numbers (up to 6; split='cd3_test': 256)", "procedural",
              "ast whitelist, exact rationals"),

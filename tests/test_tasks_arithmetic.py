@@ -15,12 +15,12 @@ def test_check_env_and_seed_determinism():
     assert a == b == c
 
 
-def test_default_is_two_operands_0_99_plus_minus():
+def test_default_is_two_operands_0_50_plus_minus():
     src = ArithmeticSource()
     for i in range(300):
         t = src.task(i)
         a, b = t.metadata["operands"]
-        assert 0 <= a <= 99 and 0 <= b <= 99 and t.metadata["operators"][0] in "+-"
+        assert 0 <= a <= 50 and 0 <= b <= 50 and t.metadata["operators"][0] in "+-"
         assert int(t.answer) == (a + b if t.metadata["operators"][0] == "+" else a - b)
         assert t.question == f"What is {t.metadata['expression']}?"
     ops = {src.task(i).metadata["operators"][0] for i in range(300)}

@@ -16,7 +16,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlvr_envs.core import Message, Task, TaskSource, Verdict, WallTime, render_messages
+from rlvr_envs.core import Message, Task, TaskSource, Verdict, WallTime, render_messages, select_task_index
 from rlvr_envs.search.corpus import Corpus
 from rlvr_envs.search.protocol import SEARCH_TOOL, format_information, format_notice, parse_action
 from rlvr_envs.search.retrievers import Retriever, make_retriever
@@ -92,17 +92,7 @@ class SearchEnv(gym.Env[str, str]):
         return messages
 
     def _select_index(self, options: Mapping[str, Any] | None) -> int:
-        options = options or {}
-        if "task_id" in options and "index" in options:
-            raise ValueError("pass either options['task_id'] or options['index'], not both")
-        if "task_id" in options:
-            return self.source.index_of(str(options["task_id"]))
-        if "index" in options:
-            index = int(options["index"])
-            if not 0 <= index < len(self.source):
-                raise IndexError(f"index {index} out of range [0, {len(self.source)})")
-            return index
-        return int(self.np_random.integers(len(self.source)))
+        return select_task_index(self.source, options, self.np_random)
 
     # -- gymnasium API --------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:

@@ -2,8 +2,9 @@
 
 Task ``i`` is ``operand op operand op ...`` drawn from ``np.random.default_rng((seed_base, i))``. Knobs: the operand
 range (``min_operand``/``max_operand``), ``num_operations`` (operands = operations + 1) and ``operators`` (any of
-``+ - *``; ``*`` binds tighter, as usual). The default, two operands in 0..99 with ``+``/``-``, suits a 135M model
-(SmolLM2-135M-Instruct solves such sums about a third of the time: a usable RL signal).
+``+ - *``; ``*`` binds tighter, as usual). The default, two operands in 0..50 with ``+``/``-``, suits a 135M model:
+greedy SmolLM2-135M-Instruct solved 14/48 (29%) of the first 48 tasks, a usable RL signal, against 6/48 (12.5%) with
+operands in 0..99 (measured with ``rlvr eval --limit 48``).
 
 Grading: the final answer (``\\boxed{}``, ``<answer>``, ``####`` or "The answer is", see ``rlvr_envs.extract``) must be
 an integer equal to the result; ``1,234`` and ``89.0`` are accepted. A response with none of those markers is graded
@@ -78,7 +79,7 @@ def gold_response(task: Task) -> str:
 class ArithmeticSource(ProceduralSource):
     prefix = "arith"
 
-    def __init__(self, *, min_operand: int = 0, max_operand: int = 99, num_operations: int = 1,
+    def __init__(self, *, min_operand: int = 0, max_operand: int = 50, num_operations: int = 1,
                  operators: str = "+-", seed_base: int = 0, size: int = DEFAULT_SIZE):
         if not (isinstance(min_operand, int) and isinstance(max_operand, int)) or min_operand > max_operand:
             raise ValueError(f"need integers min_operand <= max_operand, got {min_operand!r}, {max_operand!r}")
@@ -105,7 +106,7 @@ class ArithmeticSource(ProceduralSource):
                     metadata={"expression": expr, "operands": operands, "operators": ops})
 
 
-def make_env(*, min_operand: int = 0, max_operand: int = 99, num_operations: int = 1, operators: str = "+-",
+def make_env(*, min_operand: int = 0, max_operand: int = 50, num_operations: int = 1, operators: str = "+-",
              seed_base: int = 0, size: int = DEFAULT_SIZE, strict_format: bool = False,
              prompt_template: str | None = DEFAULT_TEMPLATE, **env_kwargs: Any) -> TextEnv:
     source = ArithmeticSource(min_operand=min_operand, max_operand=max_operand, num_operations=num_operations,
