@@ -187,10 +187,6 @@ class TextEnv(gym.Env[str, str]):
         self._task: Task | None = None
         self._last: tuple[str, dict[str, Any]] | None = None
 
-    # -- task selection -------------------------------------------------------------------------------------------
-    def _select_index(self, options: Mapping[str, Any] | None) -> int:
-        return select_task_index(self.source, options, self.np_random)
-
     def messages_for(self, task: Task) -> list[Message]:
         messages = [dict(m) for m in task.messages]
         if self.prompt_template is not None:
@@ -206,7 +202,7 @@ class TextEnv(gym.Env[str, str]):
     # -- gymnasium API --------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        index = self._select_index(options)
+        index = select_task_index(self.source, options, self.np_random)
         self._task = self.source.task(index)
         messages = self.messages_for(self._task)
         return render_messages(messages), {"messages": messages, "task_id": self._task.id, "index": index}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import gymnasium as gym
@@ -91,13 +91,10 @@ class SearchEnv(gym.Env[str, str]):
             messages.insert(0, {"role": "system", "content": self.system_prompt})
         return messages
 
-    def _select_index(self, options: Mapping[str, Any] | None) -> int:
-        return select_task_index(self.source, options, self.np_random)
-
     # -- gymnasium API --------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        index = self._select_index(options)
+        index = select_task_index(self.source, options, self.np_random)
         self._task = self.source.task(index)
         self._messages = self.messages_for(self._task)
         self._segments: list[tuple[str, bool]] = []  # (text, inserted by the env)

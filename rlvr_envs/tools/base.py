@@ -103,12 +103,9 @@ class ToolEnv(gym.Env[str, str], abc.ABC):
         return self.source.task(index)
 
     # -- gymnasium API -----------------------------------------------------------------------------------------------
-    def _select_index(self, options: Mapping[str, Any] | None) -> int:
-        return select_task_index(self.source, options, self.np_random)
-
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
         super().reset(seed=seed)
-        index = self._select_index(options)
+        index = select_task_index(self.source, options, self.np_random)
         self._task = self.source.task(index)
         self._messages = self.open_episode(self._task)
         self._counts = {"turn": 0, "calls_made": 0, "invalid_calls": 0, "failed_calls": 0}
