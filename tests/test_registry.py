@@ -60,3 +60,11 @@ def test_rlvr_list_prints_every_id():
     text = buf.getvalue()
     assert all(i in text for i in ALL_IDS)
     assert f"{len(ALL_IDS)} environments" in text
+
+
+def test_importing_the_package_stays_light():
+    heavy = ("torch", "transformers", "faiss", "bm25s", "reasoning_gym", "sympy", "math_verify", "datasets")
+    code = f"import sys, rlvr_envs; print([m for m in {heavy!r} if m in sys.modules])"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
