@@ -8,7 +8,6 @@ A neighbour that is accepted must be mathematically the same answer written diff
 
 import os
 import time
-from pathlib import Path
 
 import gymnasium as gym
 import pytest
@@ -22,12 +21,6 @@ from rlvr_envs.verifiers.math import verify_many
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def data_dir() -> Path:
-    root = os.environ.get("RLVR_DATA_DIR")
-    if not root or not Path(root).is_dir():
-        pytest.skip("RLVR_DATA_DIR is not set to the shared data folder")
-    return Path(root)
 
 CASES = [("rlvr/MATH500-v0", {}), ("rlvr/GSM8K-v0", {}), ("rlvr/GSM8K-v0", {"split": "train"}),
          ("rlvr/AIME24-v0", {}), ("rlvr/AIME25-v0", {}), ("rlvr/AMC23-v0", {}), ("rlvr/OlympiadBench-v0", {}),

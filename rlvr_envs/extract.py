@@ -37,15 +37,14 @@ def _braced(text: str, start: int) -> tuple[str, int] | None:
     return None
 
 
-def boxed_candidates(text: str) -> list[str]:
-    """Every ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed N`` content, in order of appearance."""
-    out: list[str] = []
-    pattern = re.compile(r"\\(?:boxed|fbox)")
+BOXED_MARKER = re.compile(r"\\(?:boxed|fbox)")
+
+
+def boxed_spans(text: str) -> list[tuple[int, int, str]]:
+    """``(start, end, content)`` of every ``\\boxed{...}`` / ``\\fbox{...}`` / ``\\boxed N``, in order of appearance."""
+    out: list[tuple[int, int, str]] = []
     pos = 0
-    while True:
-        m = pattern.search(text, pos)
-        if m is None:
-            return out
+    while (m := BOXED_MARKER.search(text, pos)) is not None:
         j = m.end()
         while j < len(text) and text[j] == " ":
             j += 1
@@ -53,15 +52,21 @@ def boxed_candidates(text: str) -> list[str]:
             got = _braced(text, j)
             if got is None:
                 return out  # unbalanced: nothing after this can be trusted
-            out.append(got[0].strip())
+            out.append((m.start(), got[1], got[0].strip()))
             pos = got[1]
         elif j > m.end():  # "\boxed 5" form: the next token
             tok = _TOKEN.match(text, j)  # match in place: slicing text[j:] here made hostile inputs quadratic
             if tok:
-                out.append(tok.group(0).strip())
+                out.append((m.start(), tok.end(), tok.group(0).strip()))
             pos = tok.end() if tok else j
         else:
             pos = m.end()
+    return out
+
+
+def boxed_candidates(text: str) -> list[str]:
+    """Every boxed answer's content, in order of appearance."""
+    return [content for _, _, content in boxed_spans(text)]
 
 
 def last_boxed(text: str) -> str | None:

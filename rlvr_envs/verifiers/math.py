@@ -50,7 +50,7 @@ from fractions import Fraction
 from multiprocessing.connection import Connection
 
 from rlvr_envs.core import Verdict
-from rlvr_envs.extract import _braced, after_hashes, answer_is, answer_tag, last_boxed
+from rlvr_envs.extract import BOXED_MARKER, _braced, after_hashes, answer_is, answer_tag, boxed_spans
 
 MAX_RESPONSE_CHARS = 1_000_000
 MAX_ANSWER_CHARS = 10_000
@@ -62,7 +62,6 @@ POOL_SIZE = 2  # default; RLVR_MATH_WORKERS overrides it (say 1 per env process 
 WORKER_START_TIMEOUT = 120.0  # seconds a fresh worker may take to import SymPy on a loaded machine
 
 _WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_math_worker.py")
-_MARKER = re.compile(r"\\(?:boxed|fbox)")
 _WORD = re.compile(r"[^\W\d_]+")
 _CLOSE_TAG = re.compile(r"</answer>", re.IGNORECASE)
 # A final box that follows a different box with only these words (and punctuation, $, spaces) between is a hedge.
@@ -72,32 +71,13 @@ _HEDGE_WORDS = {"or", "and", "maybe", "perhaps", "possibly", "either", "also", "
 # -- extraction and the answer-spam policy ----------------------------------------------------------------------
 
 
-def _boxed_spans(text: str) -> list[tuple[int, int, str]]:
-    """``(start, end, content)`` of every braced ``\\boxed{..}``/``\\fbox{..}``, mirroring ``extract.boxed_candidates``."""
-    spans = []
-    pos = 0
-    while (m := _MARKER.search(text, pos)) is not None:
-        j = m.end()
-        while j < len(text) and text[j] == " ":
-            j += 1
-        if j < len(text) and text[j] == "{":
-            got = _braced(text, j)
-            if got is None:
-                break
-            spans.append((m.start(), got[1], got[0].strip()))
-            pos = got[1]
-        else:
-            pos = m.end()
-    return spans
-
-
 def _extract(text: str) -> tuple[str | None, str | None]:
     """``(answer, format_error)``; the order of styles is ``extract.DEFAULT_STYLES``."""
-    if len(_MARKER.findall(text)) > MAX_BOXED_MARKERS:
+    if len(BOXED_MARKER.findall(text)) > MAX_BOXED_MARKERS:
         return None, f"answer spam: more than {MAX_BOXED_MARKERS} \\boxed markers"
-    answer = last_boxed(text)
+    spans = boxed_spans(text)
+    answer = spans[-1][2] if spans else None
     if answer:
-        spans = _boxed_spans(text)
         distinct = {_normalize(c) for _, _, c in spans}
         if len(distinct) > MAX_DISTINCT_BOXED:
             return None, f"answer spam: {len(distinct)} distinct \\boxed answers (at most {MAX_DISTINCT_BOXED} allowed)"
