@@ -59,7 +59,9 @@ class TrainConfig:
     checkpoint_every: int = 10
     keep_checkpoints: int = 1
     out_dir: str = "runs/grpo"
-    bf16: bool = False  # bf16 autocast for the training forward (AMX CPUs)
+    # "auto": bf16 autocast (fp32 master weights) for training and bf16 decoding weights where the hardware multiplies
+    # bf16 (AMX / AVX512-BF16 CPUs, bf16 GPUs), fp32 elsewhere; "fp32" / "bf16" force one (agents.policy.fastpath).
+    precision: str = "auto"
     logprob_chunk: int = 64
     dtype: str = "float32"
     progress: bool = True
@@ -71,6 +73,10 @@ class TrainConfig:
         unknown = set(self.stages) - set(STAGES)
         if unknown:
             raise ValueError(f"unknown stage(s) {sorted(unknown)} in [stages]; stages: {', '.join(STAGES)}")
+        from agents.policy.fastpath import PRECISIONS
+
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {self.precision!r}")
         unknown = set(self.params) - set(STAGES)
         if unknown:
             raise ValueError(f"unknown stage(s) {sorted(unknown)} in [params]; stages: {', '.join(STAGES)}")
@@ -122,6 +128,8 @@ def from_dict(data: dict[str, Any]) -> TrainConfig:
     data = dict(data)
     known = {f.name for f in dataclasses.fields(TrainConfig)}
     unknown = set(data) - known
+    if "bf16" in unknown:
+        raise ValueError("recipe key 'bf16' was replaced by precision = \"auto\" | \"bf16\" | \"fp32\"")
     if unknown:
         raise ValueError(f"unknown recipe key(s) {sorted(unknown)}; known: {', '.join(sorted(known))}")
     stages = dict(DEFAULT_STAGES)

@@ -1,9 +1,16 @@
 """Per-token log-probs and entropies of response tokens under a causal LM, without full-vocabulary fp32 logits.
 
-The backbone runs once over ``prompt + response`` (right-padded); only the hidden states that predict response tokens
-are kept, and the LM head + log-softmax run over them in chunks of ``chunk`` positions. Under autograd each chunk is
-checkpointed, so the backward pass recomputes one chunk's logits at a time instead of keeping ``(B, T, V)`` fp32
-activations alive.
+Two parts:
+
+- ``LinearTokenLogprob``: ``log_softmax(h @ W.T + b)[t]`` (and the entropy, for logging) as one autograd Function that
+  walks the rows in chunks. Its forward keeps ``softmax - onehot(t)`` (unless told not to), so its backward is two
+  matmuls: no second lm_head matmul, no ``(B, T, V)`` fp32 logits, no full-vocabulary gather/scatter or zero-fill.
+- ``response_logprobs``: the backbone runs over ``prompt + response`` in length buckets (rows sorted by length, each
+  bucket padded only to its own longest row), only the hidden states that predict response tokens are kept, and the
+  head runs once over all of them. Results go back to the caller's row order as ``(B, W)``.
+
+Why buckets and not one packed row: on CPU, SDPA with a block-diagonal mask over one long row does dense
+``L_total ** 2`` attention work, while a bucket of similar-length rows wastes at most ``slack`` of its tokens on padding.
 """
 
 from __future__ import annotations
@@ -11,77 +18,235 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
-from torch.utils.checkpoint import checkpoint
+
+PROB_STORE_BUDGET = 1 << 30  # bytes; above this the head recomputes logits in backward instead of storing P
+# Config fields of heads that scale or cap the logits after lm_head (Gemma2, Cohere, Granite): such models use the
+# model's own forward (the fallback) so that the log-probs stay exact.
+_LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
-def _head_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-    logits = torch.nn.functional.linear(hidden, weight, bias).float()
-    logz = torch.logsumexp(logits, dim=-1)
-    token_lp = logits.gather(-1, targets.unsqueeze(-1)).squeeze(-1) - logz
-    with torch.no_grad():
-        probs = torch.softmax(logits, dim=-1)
-        entropy = logz - (probs * logits).sum(-1)
+class LinearTokenLogprob(torch.autograd.Function):
+    """``(token_lp, entropy)`` of rows ``h`` (N, H) under ``log_softmax(h @ weight.T + bias)`` at ``targets`` (N,).
+
+    The matmuls run in ``compute_dtype``; log-softmax and entropy in fp32 (fp64 when computing in fp64).
+    Autocast is switched off inside (forward would otherwise run under the caller's autocast state and backward
+    outside it), so the dtype is an explicit argument: ``linear_token_logprobs`` picks it. Gradients come back in the
+    inputs' dtypes; ``entropy`` has no gradient.
+
+    ``store_probs`` keeps ``Q = softmax - onehot(targets)`` (N, V) in ``compute_dtype``: ``d lp / d logits = -Q``,
+    so backward is ``grad_h = -g * (Q @ W)``, ``grad_W = -Q.T @ (g * h)``, ``grad_b = -Q.T @ g`` -- two matmuls, no
+    logits recompute and no pass over (N, V) (the row scale ``g`` goes on the small side). ``Q``'s target entries are
+    ``expm1(lp)`` from fp32, so ``1 - p_t`` keeps its precision when ``p_t`` is close to 1 even with a bf16 ``Q``.
+    Backward only reads ``Q``, so ``retain_graph`` works. Without ``store_probs`` backward recomputes each chunk's
+    logits (one more lm_head matmul, ``chunk`` rows of memory).
+    """
+
+    @staticmethod
+    def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
+                chunk: int, store_probs: bool, compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+        with torch.autocast("cpu", enabled=False):
+            h, w = hidden.to(compute_dtype), weight.to(compute_dtype)
+            b = None if bias is None else bias.to(compute_dtype)
+            resid = h.new_empty(h.shape[0], w.shape[0]) if store_probs else None
+            token_lp, entropy = _chunked_stats(h, w, b, targets, chunk, resid)
+        ctx.save_for_backward(h, w, b, targets, token_lp, resid)
+        ctx.chunk = chunk
+        ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
+        ctx.mark_non_differentiable(entropy)
+        return token_lp, entropy
+
+    @staticmethod
+    def backward(ctx, grad_lp: torch.Tensor, _grad_entropy: torch.Tensor) -> tuple:
+        h, w, b, targets, token_lp, resid = ctx.saved_tensors
+        need = ctx.needs_input_grad[:3]
+        with torch.autocast("cpu", enabled=False):
+            g = grad_lp.to(token_lp.dtype)
+            if resid is not None:
+                grads = _grad_from_resid(resid, g, h, w, *need)
+            else:
+                grads = _grad_by_recompute(h, w, b, targets, token_lp, g, ctx.chunk, *need)
+        cast = [None if x is None else x.to(dt) for x, dt in zip(grads, ctx.dtypes)]
+        return (*cast, None, None, None, None)
+
+
+def _logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stat: torch.dtype) -> torch.Tensor:
+    # .to(stat) is a no-op when the matmul already ran in stat; either way the result is a fresh tensor we own.
+    return torch.nn.functional.linear(h, w, b).to(stat)
+
+
+def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
+    return torch.promote_types(dtype, torch.float32)
+
+
+def _chunked_stats(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor, chunk: int,
+                   resid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Log-probs and entropies chunk by chunk; fills ``resid`` (if given) with softmax - onehot(targets)."""
+    stat = _stat_dtype(h.dtype)
+    n = h.shape[0]
+    token_lp, entropy = torch.empty(n, dtype=stat), torch.empty(n, dtype=stat)
+    for s in range(0, n, chunk):
+        e = min(n, s + chunk)
+        # the fused log_softmax kernel: one pass fewer and no temporaries, unlike logsumexp + subtract
+        logp = torch.log_softmax(_logits(h[s:e], w, b, stat), -1)
+        token_lp[s:e] = logp.gather(1, targets[s:e, None]).squeeze(1)
+        direct = resid is not None and resid.dtype == stat
+        p = torch.exp(logp, out=resid[s:e]) if direct else logp.exp()
+        entropy[s:e] = -logp.mul_(p).sum(-1)
+        if resid is not None:
+            if not direct:
+                resid[s:e] = p
+            resid[s:e].scatter_(1, targets[s:e, None], torch.expm1(token_lp[s:e, None]).to(resid.dtype))
     return token_lp, entropy
 
 
-def pack(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]], pad_id: int = 0
-         ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Right-padded ``input_ids``, ``attention_mask``, the positions whose hidden state predicts each response token
-    ``(B, W)`` and the response token ids ``(B, W)`` (W = longest response)."""
-    lengths = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids)]
-    total, width = max(lengths), max(1, max(len(r) for r in response_ids))
-    n = len(prompt_ids)
-    input_ids = torch.full((n, total), pad_id, dtype=torch.long)
-    attention = torch.zeros(n, total, dtype=torch.long)
-    positions = torch.zeros(n, width, dtype=torch.long)
-    targets = torch.zeros(n, width, dtype=torch.long)
-    for i, (p, r) in enumerate(zip(prompt_ids, response_ids)):
-        if not p:
-            raise ValueError("every sequence needs at least one prompt token (the first response token is predicted "
-                             "from the last prompt position)")
-        seq = list(p) + list(r)
-        input_ids[i, : len(seq)] = torch.tensor(seq, dtype=torch.long)
-        attention[i, : len(seq)] = 1
-        k = len(r)
-        positions[i, :k] = torch.arange(len(p) - 1, len(p) - 1 + k)
-        targets[i, :k] = torch.tensor(list(r), dtype=torch.long)
-    return input_ids, attention, positions, targets
+def _grad_from_resid(resid: torch.Tensor, g: torch.Tensor, h: torch.Tensor, w: torch.Tensor, need_h: bool,
+                     need_w: bool, need_b: bool) -> tuple:
+    grad_h = (resid @ w).to(g.dtype).mul_(-g[:, None]) if need_h else None
+    grad_w = resid.T @ (h * -g[:, None]).to(resid.dtype) if need_w else None
+    grad_b = (g.to(resid.dtype) @ resid).to(g.dtype).neg_() if need_b else None
+    return grad_h, grad_w, grad_b
+
+
+def _grad_by_recompute(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor,
+                       token_lp: torch.Tensor, g: torch.Tensor, chunk: int, need_h: bool, need_w: bool,
+                       need_b: bool) -> tuple:
+    stat = g.dtype
+    grad_h = torch.empty(h.shape, dtype=stat) if need_h else None
+    grad_w = torch.zeros(w.shape, dtype=stat) if need_w else None  # accumulated over chunks: keep it in fp32
+    grad_b = torch.zeros(w.shape[0], dtype=stat) if need_b else None
+    for s in range(0, h.shape[0], chunk):
+        e = min(h.shape[0], s + chunk)
+        resid = torch.softmax(_logits(h[s:e], w, b, stat), -1)
+        resid.scatter_(1, targets[s:e, None], torch.expm1(token_lp[s:e, None]))
+        if need_b:
+            grad_b -= resid.T @ g[s:e]
+        resid = resid.to(h.dtype)
+        if need_h:
+            grad_h[s:e] = (resid @ w).to(stat).mul_(-g[s:e, None])
+        if need_w:
+            grad_w -= resid.T @ (h[s:e] * g[s:e, None]).to(h.dtype)
+    return grad_h, grad_w, grad_b
+
+
+def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                          targets: torch.Tensor, *, chunk: int = 1024, store_probs: bool | None = None
+                          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(token_lp, entropy)`` (N,) each, fp32 (fp64 for fp64 inputs); gradients flow into ``token_lp``.
+
+    The matmul dtype is the CPU autocast dtype when autocast is on (as ``F.linear`` would use there), else the
+    promoted dtype of ``hidden`` and ``weight``. ``store_probs=None`` stores ``P`` when it fits ``PROB_STORE_BUDGET``.
+    """
+    if torch.is_autocast_enabled("cpu"):
+        dtype = torch.get_autocast_dtype("cpu")
+    else:
+        dtype = torch.promote_types(hidden.dtype, weight.dtype)
+    needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (hidden, weight, bias))
+    if not needs_grad:  # inference: no autograd node, nothing kept
+        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+            b = None if bias is None else bias.to(dtype)
+            return _chunked_stats(hidden.to(dtype), weight.to(dtype), b, targets, max(1, chunk), None)
+    if store_probs is None:
+        store_probs = hidden.shape[0] * weight.shape[0] * dtype.itemsize <= PROB_STORE_BUDGET
+    return LinearTokenLogprob.apply(hidden, weight, bias, targets, max(1, chunk), store_probs, dtype)
+
+
+def length_buckets(lengths: Sequence[int], slack: float | None) -> list[list[int]]:
+    """Row indices grouped for separate backbone calls. Rows are sorted longest first (ties by index); a bucket takes
+    the following rows while each is at least ``(1 - slack)`` times the bucket's first (longest) row, so padding is
+    at most ``slack`` of every row's padded length. ``slack=None`` turns bucketing off: one bucket, original order."""
+    if slack is None:
+        return [list(range(len(lengths)))] if len(lengths) else []
+    if not 0.0 <= slack < 1.0:
+        raise ValueError(f"bucket_slack must be in [0, 1) or None, got {slack}")
+    buckets: list[list[int]] = []
+    for i in sorted(range(len(lengths)), key=lambda k: (-lengths[k], k)):
+        if buckets and lengths[i] >= (1.0 - slack) * lengths[buckets[-1][0]]:
+            buckets[-1].append(i)
+        else:
+            buckets.append([i])
+    return buckets
+
+
+def _check_prompts(prompt_ids: Sequence[Sequence[int]]) -> None:
+    if any(len(p) == 0 for p in prompt_ids):
+        raise ValueError("every sequence needs at least one prompt token (the first response token is predicted "
+                         "from the last prompt position)")
 
 
 def response_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
                       response_ids: Sequence[Sequence[int]], *, chunk: int = 64, pad_id: int = 0,
-                      autocast_bf16: bool = False) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(logprobs, entropies)``, each ``(B, W)``, zero past each response's end. Gradients flow into ``logprobs``
-    when grad is enabled; entropies are detached (for logging)."""
-    input_ids, attention, positions, targets = pack(prompt_ids, response_ids, pad_id)
+                      autocast_bf16: bool = False, bucket_slack: float | None = 0.25,
+                      store_probs: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logprobs, entropies)``, each ``(B, W)`` fp32 (W = longest response), zero past each response's end.
+    Gradients flow into ``logprobs`` when grad is enabled; entropies are detached (for logging).
+
+    ``chunk``: the head handles ``chunk * B`` response tokens at a time (the memory of ``chunk`` positions of every
+    row). ``bucket_slack``: see ``length_buckets`` (None: one batch padded to the longest row). ``store_probs``: see
+    ``linear_token_logprobs``."""
+    if len(prompt_ids) != len(response_ids) or not prompt_ids:
+        raise ValueError(f"need as many prompts as responses (>= 1), got {len(prompt_ids)} and {len(response_ids)}")
+    _check_prompts(prompt_ids)
+    n_rows, width = len(prompt_ids), max(1, max(len(r) for r in response_ids))
+    lengths = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids)]
+    # rows without response tokens need no forward, unless every row is empty (then one keeps the graph connected)
+    live = [i for i, r in enumerate(response_ids) if len(r)] or [0]
+    buckets = [[live[j] for j in b] for b in length_buckets([lengths[i] for i in live], bucket_slack)]
+    head = _separable_head(model)
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
-        token_lp, ent = _forward(model, input_ids, attention, positions, targets, chunk)
-    mask = torch.zeros_like(token_lp, dtype=torch.bool)
-    for i, r in enumerate(response_ids):
-        mask[i, : len(r)] = True
-    return token_lp * mask, ent.detach() * mask
+        feats, rows, cols, targets = [], [], [], []
+        for bucket in buckets:
+            for acc, x in zip((feats, rows, cols, targets),
+                              _bucket_features(model, head is not None, prompt_ids, response_ids, bucket, pad_id)):
+                acc.append(x)
+        hidden, target = torch.cat(feats), torch.cat(targets)
+        if head is not None:
+            lp, ent = linear_token_logprobs(hidden, head.weight, head.bias, target, chunk=chunk * n_rows,
+                                            store_probs=store_probs)
+        else:
+            logp = torch.log_softmax(hidden.float(), -1)
+            lp, ent = logp.gather(1, target[:, None]).squeeze(1), -(logp.exp() * logp).sum(-1)
+    index = (torch.cat(rows), torch.cat(cols))
+    out_lp = torch.zeros(n_rows, width, dtype=lp.dtype).index_put(index, lp)
+    out_ent = torch.zeros(n_rows, width, dtype=ent.dtype).index_put(index, ent.detach())
+    return out_lp, out_ent
 
 
-def _forward(model: torch.nn.Module, input_ids: torch.Tensor, attention: torch.Tensor, positions: torch.Tensor,
-             targets: torch.Tensor, chunk: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _separable_head(model: torch.nn.Module) -> torch.nn.Linear | None:
+    """The lm_head when the model is ``base_model`` + a plain Linear head; None means: use the model's own forward."""
     backbone = getattr(model, "base_model", None)
     head = model.get_output_embeddings() if hasattr(model, "get_output_embeddings") else None
-    if backbone is None or backbone is model or head is None:  # no separable head: full logits
-        logits = model(input_ids=input_ids, attention_mask=attention).logits
-        picked = logits.gather(1, positions.unsqueeze(-1).expand(-1, -1, logits.shape[-1])).float()
-        lp = torch.log_softmax(picked, -1)
-        return lp.gather(-1, targets.unsqueeze(-1)).squeeze(-1), -(lp.exp() * lp).sum(-1).detach()
-    hidden = backbone(input_ids=input_ids, attention_mask=attention).last_hidden_state
-    picked = hidden.gather(1, positions.unsqueeze(-1).expand(-1, -1, hidden.shape[-1]))  # (B, W, H)
-    weight, bias = head.weight, head.bias
-    lps, ents = [], []
-    for start in range(0, picked.shape[1], chunk):
-        h, t = picked[:, start:start + chunk], targets[:, start:start + chunk]
-        if torch.is_grad_enabled() and (h.requires_grad or weight.requires_grad):
-            lp, ent = checkpoint(_head_logprobs, h, weight, bias, t, use_reentrant=False)
-        else:
-            lp, ent = _head_logprobs(h, weight, bias, t)
-        lps.append(lp)
-        ents.append(ent)
-    return torch.cat(lps, 1), torch.cat(ents, 1)
+    if backbone is None or backbone is model or not isinstance(head, torch.nn.Linear):
+        return None
+    config = getattr(model, "config", None)
+    if any(getattr(config, name, None) not in (None, 1, 1.0) for name in _LOGIT_TRANSFORMS):
+        return None
+    return head
+
+
+def _bucket_features(model: torch.nn.Module, separable: bool, prompt_ids: Sequence[Sequence[int]],
+                     response_ids: Sequence[Sequence[int]], bucket: list[int], pad_id: int
+                     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """One backbone call on ``bucket``'s rows padded to their longest: the hidden states (or, without a separable
+    head, the logits) that predict each response token, flattened, with their ``(row, column)`` in the output and
+    the target ids."""
+    seqs = [list(prompt_ids[i]) + list(response_ids[i]) for i in bucket]
+    longest = max(len(s) for s in seqs)
+    input_ids = torch.tensor([s + [pad_id] * (longest - len(s)) for s in seqs], dtype=torch.long)
+    # Right padding never reaches a real position through a causal mask; pass a mask only when there is padding, so
+    # an unpadded bucket takes the plain causal attention path.
+    padded = any(len(s) < longest for s in seqs)
+    mask = torch.tensor([[1] * len(s) + [0] * (longest - len(s)) for s in seqs]) if padded else None
+    local, pos, rows, cols, targets = [], [], [], [], []
+    for j, i in enumerate(bucket):
+        p, k = len(prompt_ids[i]), len(response_ids[i])
+        local += [j] * k
+        pos += range(p - 1, p - 1 + k)
+        rows += [i] * k
+        cols += range(k)
+        targets += response_ids[i]
+    if separable:
+        out = model.base_model(input_ids=input_ids, attention_mask=mask).last_hidden_state
+    else:
+        out = model(input_ids=input_ids, attention_mask=mask).logits
+    as_long = [torch.tensor(x, dtype=torch.long) for x in (local, pos, rows, cols, targets)]
+    return out[as_long[0], as_long[1]], as_long[2], as_long[3], as_long[4]

@@ -28,6 +28,7 @@ from agents.grpo.config import TrainConfig
 from agents.grpo.logprobs import response_logprobs
 from agents.grpo.metrics import MetricsLog, plot_curves
 from agents.grpo.registry import STAGES, Component, build, get
+from agents.policy.fastpath import resolve_precision
 
 # Keys a resumed run may change: how long it runs and how it reports, not what it computes.
 RESUME_MAY_CHANGE = frozenset({"steps", "out_dir", "progress", "plot", "eval_every", "checkpoint_every",
@@ -110,7 +111,7 @@ class Trainer:
         if engine is None:
             from agents.policy.engine import make_engine
 
-            engine = make_engine(policy, backend=cfg.engine)
+            engine = make_engine(policy, backend=cfg.engine, **({"precision": cfg.precision} if cfg.engine == "hf" else {}))
         if env is None or eval_env is None:
             import gymnasium as gym
 
@@ -125,7 +126,10 @@ class Trainer:
         self.pad_id = int(getattr(self.tokenizer, "pad_token_id", None) or 0)
         self.trainable = select_trainable(self.model, cfg.train_layers)
         params = [p for p in self.model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas))
+        self.autocast_bf16 = resolve_precision(cfg.precision, params[0].device) == "bf16" and params[0].dtype == torch.float32
+        # fused: one kernel over all parameters instead of ~10 elementwise passes each (CPU and CUDA, fp32 or bf16)
+        self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas),
+                                           fused=params[0].device.type in ("cpu", "cuda"))
         self.components = {stage: _build_component(stage, cfg) for stage in STAGES}
         self.ref_model = None
         if cfg.kl_reference or getattr(self.components["loss"], "kl_coef", 0.0):  # a KL term needs a reference
@@ -212,7 +216,7 @@ class Trainer:
     # -- update ----------------------------------------------------------------------------------------------------
     def _logprobs(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int]) -> tuple[torch.Tensor, ...]:
         return response_logprobs(model, [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows],
-                                 chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.cfg.bf16)
+                                 chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16)
 
     def _no_grad_logprobs(self, model: torch.nn.Module, batch: GroupBatch) -> torch.Tensor:
         out = torch.zeros_like(batch.behaviour_logprobs)

@@ -17,6 +17,8 @@ order. Conventions shared by every backend:
 from __future__ import annotations
 
 import abc
+import contextlib
+import copy
 import functools
 import inspect
 import math
@@ -26,6 +28,8 @@ from typing import Any
 
 import numpy as np
 import torch
+
+from agents.policy.fastpath import PackedLinearCache, resolve_precision
 
 FINISH_REASONS = ("stop", "length")
 
@@ -264,14 +268,21 @@ class HFEngine(RolloutEngine):
     """
 
     backend = "hf"
+    ready_mask = True  # decode steps pass the padding mask as the (B, 1, 1, L) mask transformers would build
 
     def __init__(self, policy: Any, *, max_batch_size: int = 64, prune_fraction: float = 0.25,
                  add_special_tokens: bool = False, preallocate: bool = True, cache_block: int = 256,
-                 ignore_eos: bool = False) -> None:
+                 ignore_eos: bool = False, precision: str = "auto", pack_weights: bool = True) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         self.policy = policy
         self.model = policy.model
+        # Decoding precision: bf16 weights only where the hardware multiplies bf16 (fastpath.resolve_precision);
+        # in fp32 on CPU, linear layers run against MKL-packed weights (2-3x faster for a few rows per token).
+        device = getattr(self.model, "device", torch.device("cpu"))
+        self.precision = resolve_precision(precision, device)
+        self.packs = PackedLinearCache() if pack_weights and torch.device(device).type == "cpu" else None
+        self._bf16_copy: tuple[Any, tuple[int, ...]] | None = None
         self.tokenizer = policy.tokenizer
         self.max_batch_size = max_batch_size
         self.prune_fraction = prune_fraction
@@ -288,7 +299,28 @@ class HFEngine(RolloutEngine):
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
 
     def describe(self) -> dict[str, Any]:
-        return {"backend": self.backend, "max_batch_size": self.max_batch_size, "logprobs": "log_softmax(logits/T)"}
+        return {"backend": self.backend, "max_batch_size": self.max_batch_size, "logprobs": "log_softmax(logits/T)",
+                "precision": self.precision, "packed_weights": self.packs is not None}
+
+    def decode_model(self) -> Any:
+        """The model decoding runs: the policy's own, or (precision bf16, fp32 policy) a bf16 copy refreshed whenever
+        a policy weight has changed since the copy was made."""
+        params = list(self.model.parameters())
+        if self.precision != "bf16" or not params or params[0].dtype == torch.bfloat16:
+            return self.model
+        versions = tuple(p._version for p in params)
+        if self._bf16_copy is None:
+            copy_ = copy.deepcopy(self.model).to(torch.bfloat16)
+            for p in copy_.parameters():
+                p.requires_grad_(False)
+                p.grad = None
+            self._bf16_copy = (copy_, versions)
+        elif self._bf16_copy[1] != versions:
+            with torch.no_grad():
+                for dst, src in zip(self._bf16_copy[0].parameters(), params):
+                    dst.copy_(src)
+            self._bf16_copy = (self._bf16_copy[0], versions)
+        return self._bf16_copy[0]
 
     def generate(
         self, prompts: Sequence[str] | Sequence[Sequence[int]], n: int, sampling: SamplingParams,
@@ -309,17 +341,19 @@ class HFEngine(RolloutEngine):
                 if not sampling.greedy:
                     gen = torch.Generator().manual_seed(row_seeds[i][j])
                 rows.append(_Row(prompt=i, seed=row_seeds[i][j], gen=gen))
-        was_training = self.model.training
-        self.model.eval()
+        model = self.decode_model()
+        was_training = model.training
+        model.eval()
+        packed = self.packs.applied(model) if self.packs is not None else contextlib.nullcontext()
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), packed:
                 for start in range(0, len(rows), self.max_batch_size):
-                    self._decode(prompt_ids, rows[start:start + self.max_batch_size], sampling)
+                    self._decode(model, prompt_ids, rows[start:start + self.max_batch_size], sampling)
         finally:
-            self.model.train(was_training)
+            model.train(was_training)
         return [self._finish(prompt_ids[r.prompt], r, sampling) for r in rows]
 
-    def _prefill(self, prompt_ids: list[list[int]], rows: list[_Row], max_new_tokens: int
+    def _prefill(self, model: Any, prompt_ids: list[list[int]], rows: list[_Row], max_new_tokens: int
                  ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
         units = sorted({r.prompt for r in rows})
         unit_of = {p: k for k, p in enumerate(units)}
@@ -330,20 +364,20 @@ class HFEngine(RolloutEngine):
             seq = prompt_ids[p]
             ids[k, width - len(seq):] = torch.tensor(seq)
             mask[k, width - len(seq):] = 1
-        device = self.model.device
+        device = model.device
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp_(min=0)
         cache = new_cache(width + min(max_new_tokens, self.cache_block) if self.preallocate else None)
         # Without padding, no mask: SDPA then runs causal / grouped-query attention without materializing one.
-        out = self.model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask, position_ids=positions,
+        out = model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask, position_ids=positions,
                          use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
         expand = torch.tensor([unit_of[r.prompt] for r in rows], device=device)
         if len(units) != len(rows) or not torch.equal(expand.cpu(), torch.arange(len(rows))):
             cache.batch_select_indices(expand)  # one prefill per distinct prompt, copied to its rows
         return cache, out.logits[:, -1, :][expand], mask[expand], positions[expand, -1]
 
-    def _decode(self, prompt_ids: list[list[int]], rows: list[_Row], sampling: SamplingParams) -> None:
-        cache, logits, mask, last_pos = self._prefill(prompt_ids, rows, sampling.max_new_tokens)
+    def _decode(self, model: Any, prompt_ids: list[list[int]], rows: list[_Row], sampling: SamplingParams) -> None:
+        cache, logits, mask, last_pos = self._prefill(model, prompt_ids, rows, sampling.max_new_tokens)
         unpadded = bool(mask.all())  # stays so: rows only ever get dropped
         live = list(range(len(rows)))  # batch position -> index into rows
         stop_window = max((len(s) for s in sampling.stop), default=0) + 8
@@ -378,7 +412,10 @@ class HFEngine(RolloutEngine):
                 live = [live[b] for b in keep.tolist()]
             last_pos = last_pos + 1
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
-            out = self.model(input_ids=tokens.unsqueeze(-1), attention_mask=None if unpadded else mask,
+            # One new token per row attends to every real cached position: the (B, 1, 1, L) boolean mask is the
+            # padding mask itself, so we hand it over ready-made rather than have transformers rebuild a 4D mask.
+            step_mask = None if unpadded else (mask[:, None, None, :].bool() if self.ready_mask else mask)
+            out = model(input_ids=tokens.unsqueeze(-1), attention_mask=step_mask,
                              position_ids=last_pos.unsqueeze(-1), use_cache=True, **{self.cache_kw: cache})
             logits = out.logits[:, -1, :]
 
