@@ -11,9 +11,13 @@ differ from the current ones (so ratios move and some clip), AdamW (lr 1e-6).
 - ``compare``: loss and gradient of both on the same weights and batch (no optimizer step): relative loss difference
   and the cosine similarity of the flattened gradients.
 
-Timing and memory: ``--steps`` timed steps after one warm-up; prints one JSON line with every step's wall time and
-the process's peak RSS (each mode runs in its own process so that the peaks are separate). Run it alone:
-``python benchmarks/fastpath_step.py fast --steps 3``.
+- ``interleaved``: naive and fast steps alternate in one process (same weights; each has its own AdamW), so that the
+  slow phases of a shared machine hit both alike.
+
+Timing and memory: ``--steps`` timed steps (rounds) after one warm-up; prints one JSON line with every step's wall and
+CPU (user + system) time and the process's peak RSS (``naive`` and ``fast`` alone give each path's own peak).
+``--profile`` adds one profiled step per path with its time per region and top operators. Run it alone:
+``python benchmarks/fastpath_step.py interleaved --steps 3 --profile``.
 """
 
 from __future__ import annotations
@@ -93,7 +97,7 @@ def profile_step(model: torch.nn.Module, ids: torch.Tensor, old: torch.Tensor, a
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("mode", choices=["naive", "fast", "compare"])
+    parser.add_argument("mode", choices=["naive", "fast", "compare", "interleaved"])
     parser.add_argument("--steps", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--precision", default="auto")
@@ -126,21 +130,32 @@ def main() -> None:
         out["grad_rel_err"] = float((grads["fast"] - grads["naive"]).norm() / grads["naive"].norm())
         print(json.dumps(out), flush=True)
         return
-    fused = args.mode == "fast"
-    optimizer = torch.optim.AdamW(params, lr=1e-6, fused=fused)
-    times = []
-    for step in range(args.steps + 1):
-        t0 = time.perf_counter()
-        optimizer.zero_grad(set_to_none=True)
-        lp = naive_logprobs(model, ids) if args.mode == "naive" else fast_logprobs(model, ids, bf16)
-        loss = ppo_loss(lp, old, adv)
-        loss.backward()
-        optimizer.step()
-        if step:  # the first step warms caches and allocator pools
-            times.append(time.perf_counter() - t0)
+    optimizers = {m: torch.optim.AdamW(params, lr=1e-6, fused=m == "fast") for m in ("naive", "fast")}
+
+    def step(mode: str) -> tuple[float, float]:
+        wall, cpu = time.perf_counter(), os.times()
+        optimizers[mode].zero_grad(set_to_none=True)
+        lp = naive_logprobs(model, ids) if mode == "naive" else fast_logprobs(model, ids, bf16)
+        ppo_loss(lp, old, adv).backward()
+        optimizers[mode].step()
+        end = os.times()
+        return time.perf_counter() - wall, (end.user + end.system) - (cpu.user + cpu.system)
+
+    # "interleaved" alternates naive and fast steps (A/B at step granularity, so that a slow phase of a shared
+    # machine hits both); a single mode times only itself (its peak RSS is then its own).
+    modes = ("naive", "fast") if args.mode == "interleaved" else (args.mode,)
+    times: dict[str, list[float]] = {m: [] for m in modes}
+    cpu_times: dict[str, list[float]] = {m: [] for m in modes}
+    for round_ in range(args.steps + 1):
+        for mode in modes:
+            wall, cpu = step(mode)
+            if round_:  # the first round warms caches and allocator pools
+                times[mode].append(wall)
+                cpu_times[mode].append(cpu)
     if args.profile:
-        profile_step(model, ids, old, adv, optimizer, args.mode, bf16)
-    print(json.dumps({"mode": args.mode, "bf16": bf16, "threads": args.threads, "step_s": times,
+        for mode in modes:
+            profile_step(model, ids, old, adv, optimizers[mode], mode, bf16)
+    print(json.dumps({"mode": args.mode, "bf16": bf16, "threads": args.threads, "step_s": times, "cpu_s": cpu_times,
                       "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
                       "rss_after_load_mb": rss_loaded}), flush=True)
 

@@ -44,7 +44,7 @@ class LinearTokenLogprob(torch.autograd.Function):
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
                 chunk: int, store_probs: bool, compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
-        with torch.autocast("cpu", enabled=False):
+        with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(compute_dtype), weight.to(compute_dtype)
             b = None if bias is None else bias.to(compute_dtype)
             resid = h.new_empty(h.shape[0], w.shape[0]) if store_probs else None
@@ -59,7 +59,7 @@ class LinearTokenLogprob(torch.autograd.Function):
     def backward(ctx, grad_lp: torch.Tensor, _grad_entropy: torch.Tensor) -> tuple:
         h, w, b, targets, token_lp, resid = ctx.saved_tensors
         need = ctx.needs_input_grad[:3]
-        with torch.autocast("cpu", enabled=False):
+        with torch.autocast(h.device.type, enabled=False):
             g = grad_lp.to(token_lp.dtype)
             if resid is not None:
                 grads = _grad_from_resid(resid, g, h, w, *need)
@@ -133,16 +133,18 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
                           ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(token_lp, entropy)`` (N,) each, fp32 (fp64 for fp64 inputs); gradients flow into ``token_lp``.
 
-    The matmul dtype is the CPU autocast dtype when autocast is on (as ``F.linear`` would use there), else the
+    The matmul dtype is the autocast dtype of ``hidden``'s device when autocast is on there (as ``F.linear`` would
+    use), else the
     promoted dtype of ``hidden`` and ``weight``. ``store_probs=None`` stores ``P`` when it fits ``PROB_STORE_BUDGET``.
     """
-    if torch.is_autocast_enabled("cpu"):
-        dtype = torch.get_autocast_dtype("cpu")
+    device = hidden.device.type
+    if torch.is_autocast_enabled(device):
+        dtype = torch.get_autocast_dtype(device)
     else:
         dtype = torch.promote_types(hidden.dtype, weight.dtype)
     needs_grad = torch.is_grad_enabled() and any(x is not None and x.requires_grad for x in (hidden, weight, bias))
     if not needs_grad:  # inference: no autograd node, nothing kept
-        with torch.no_grad(), torch.autocast("cpu", enabled=False):
+        with torch.no_grad(), torch.autocast(device, enabled=False):
             b = None if bias is None else bias.to(dtype)
             return _chunked_stats(hidden.to(dtype), weight.to(dtype), b, targets, max(1, chunk), None)
     if store_probs is None:
@@ -192,7 +194,8 @@ def response_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]
     live = [i for i, r in enumerate(response_ids) if len(r)] or [0]
     buckets = [[live[j] for j in b] for b in length_buckets([lengths[i] for i in live], bucket_slack)]
     head = _separable_head(model)
-    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast_bf16):
+    device = next(model.parameters()).device.type
+    with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast_bf16):
         feats, rows, cols, targets = [], [], [], []
         for bucket in buckets:
             for acc, x in zip((feats, rows, cols, targets),
