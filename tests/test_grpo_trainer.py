@@ -132,3 +132,12 @@ def test_resume_refuses_a_different_recipe(tmp_path):
     trainer(tmp_path, steps=1, eval_size=0, checkpoint_every=1).run(resume=False)
     with pytest.raises(ValueError, match="lr"):
         trainer(tmp_path, steps=2, eval_size=0, lr=0.5).run(resume=True)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_precision_setting_reaches_the_update(tmp_path, precision):
+    t = trainer(tmp_path, steps=2, eval_size=0, precision=precision)
+    assert t.autocast_bf16 is (precision == "bf16")
+    assert next(iter(t.optimizer.param_groups))["fused"]  # fused AdamW on CPU
+    train = [r for r in t.run(resume=False) if r["kind"] == "train"]
+    assert len(train) == 2 and all(torch.isfinite(torch.tensor([r["loss"], r["grad_norm"]])).all() for r in train)
