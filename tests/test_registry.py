@@ -27,7 +27,12 @@ def make(env_id: str) -> gym.Env:
 
 @pytest.mark.parametrize("env_id", ALL_IDS)
 def test_check_env_and_seeded_reset(env_id):
-    env = make(env_id)
+    from rlvr_envs.data import DataNotFoundError
+
+    try:
+        env = make(env_id)
+    except DataNotFoundError as e:  # data-backed IDs need ../shared/data (or RLVR_DATA_DIR); CI has it
+        pytest.skip(str(e)[:200])
     check_env(env.unwrapped, skip_render_check=True)
     first = env.reset(seed=123)[0]
     second = env.reset(seed=123)[0]
