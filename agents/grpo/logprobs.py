@@ -19,7 +19,7 @@ from collections.abc import Sequence
 
 import torch
 
-PROB_STORE_BUDGET = 1 << 30  # bytes; above this the head recomputes logits in backward instead of storing P
+PROB_STORE_BUDGET = 1 << 30  # bytes; above this the head recomputes logits in backward instead of storing Q
 # Config fields of heads that scale or cap the logits after lm_head (Gemma2, Cohere, Granite): such models use the
 # model's own forward (the fallback) so that the log-probs stay exact.
 _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
@@ -134,8 +134,8 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     """``(token_lp, entropy)`` (N,) each, fp32 (fp64 for fp64 inputs); gradients flow into ``token_lp``.
 
     The matmul dtype is the autocast dtype of ``hidden``'s device when autocast is on there (as ``F.linear`` would
-    use), else the
-    promoted dtype of ``hidden`` and ``weight``. ``store_probs=None`` stores ``P`` when it fits ``PROB_STORE_BUDGET``.
+    use), else the promoted dtype of ``hidden`` and ``weight``. ``store_probs=None`` stores ``Q`` (see
+    ``LinearTokenLogprob``) when it fits ``PROB_STORE_BUDGET``.
     """
     device = hidden.device.type
     if torch.is_autocast_enabled(device):

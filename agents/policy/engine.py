@@ -268,7 +268,6 @@ class HFEngine(RolloutEngine):
     """
 
     backend = "hf"
-    ready_mask = True  # decode steps pass the padding mask as the (B, 1, 1, L) mask transformers would build
 
     def __init__(self, policy: Any, *, max_batch_size: int = 64, prune_fraction: float = 0.25,
                  add_special_tokens: bool = False, preallocate: bool = True, cache_block: int = 256,
@@ -370,7 +369,7 @@ class HFEngine(RolloutEngine):
         cache = new_cache(width + min(max_new_tokens, self.cache_block) if self.preallocate else None)
         # Without padding, no mask: SDPA then runs causal / grouped-query attention without materializing one.
         out = model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask, position_ids=positions,
-                         use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
+                    use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
         expand = torch.tensor([unit_of[r.prompt] for r in rows], device=device)
         if len(units) != len(rows) or not torch.equal(expand.cpu(), torch.arange(len(rows))):
             cache.batch_select_indices(expand)  # one prefill per distinct prompt, copied to its rows
@@ -414,9 +413,9 @@ class HFEngine(RolloutEngine):
             mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
             # One new token per row attends to every real cached position: the (B, 1, 1, L) boolean mask is the
             # padding mask itself, so we hand it over ready-made rather than have transformers rebuild a 4D mask.
-            step_mask = None if unpadded else (mask[:, None, None, :].bool() if self.ready_mask else mask)
-            out = model(input_ids=tokens.unsqueeze(-1), attention_mask=step_mask,
-                             position_ids=last_pos.unsqueeze(-1), use_cache=True, **{self.cache_kw: cache})
+            out = model(input_ids=tokens.unsqueeze(-1),
+                        attention_mask=None if unpadded else mask[:, None, None, :].bool(),
+                        position_ids=last_pos.unsqueeze(-1), use_cache=True, **{self.cache_kw: cache})
             logits = out.logits[:, -1, :]
 
     def _finish(self, prompt: list[int], row: _Row, sampling: SamplingParams) -> Rollout:

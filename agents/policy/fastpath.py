@@ -9,10 +9,10 @@ turns it off. ``RLVR_CPU_BF16=0|1`` overrides the detection (for tests and for C
 Packed linears. Decoding multiplies a handful of rows by every weight matrix each token. MKL's ``sgemm`` picks a
 slow path for such skinny products (a [16,576] x [576,1536] product runs at ~50 GFLOP/s out of ~220), while the
 same product against a weight pre-packed once with ``cblas_sgemm_pack`` (``torch.ops.mkl._mkl_reorder_linear_weight``,
-the kernel behind Inductor's CPU weight freezing) runs 2-3x faster for 4-48 rows and no slower elsewhere. The
-result is the same sgemm arithmetic (differences are fp32 rounding, ~1e-5). ``packed_linears(model)`` swaps every
-fp32 CPU ``nn.Linear``'s forward for the packed product for the duration of a ``with`` block and restores it after,
-even on error. Packed copies are cached per weight and rebuilt when the weight changes (a training step bumps the
+the kernel behind Inductor's CPU weight freezing) runs 2-3x faster for 4-48 rows and about as fast at 1-2 and 64
+rows (above ``max_rows`` the ordinary product runs). The result is the same sgemm arithmetic (differences are fp32
+rounding, ~1e-5). ``PackedLinearCache.applied(model)`` swaps every fp32 CPU ``nn.Linear``'s forward for the packed
+product for the duration of a ``with`` block and restores it after, even on error. Packed copies are cached per weight and rebuilt when the weight changes (a training step bumps the
 tensor's version counter), so a trainer that decodes between optimizer steps repacks once per step (~0.1 s for
 SmolLM2-135M). The packed copies take as much memory as the weights (+514 MB resident for SmolLM2-135M).
 """

@@ -1,3 +1,5 @@
+"""Shared by ``tests/`` and ``benchmarks/``: quiet torch threads, no hub access, and the real data sets."""
+
 import os
 from pathlib import Path
 
@@ -6,14 +8,14 @@ import pytest
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-_DEFAULT_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+_DEFAULT_DATA = Path(__file__).resolve().parent.parent / "shared" / "data"
 if "RLVR_DATA_DIR" not in os.environ and _DEFAULT_DATA.is_dir():
     os.environ["RLVR_DATA_DIR"] = str(_DEFAULT_DATA)
 
 
 @pytest.fixture
 def data_dir() -> Path:
-    """The real data sets (../shared/data); tests that need them skip where they are absent."""
+    """The real data sets (../shared/data); tests and benchmarks that need them skip where they are absent."""
     root = os.environ.get("RLVR_DATA_DIR")
     if not root or not Path(root).is_dir():
         pytest.skip("RLVR_DATA_DIR is not set to the shared data folder")
