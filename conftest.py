@@ -13,6 +13,11 @@ if "RLVR_DATA_DIR" not in os.environ and _DEFAULT_DATA.is_dir():
     os.environ["RLVR_DATA_DIR"] = str(_DEFAULT_DATA)
 
 
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption("--quick", action="store_true", default=False,
+                     help="regression suite: run each comparison with the tiny model for two steps (a smoke test)")
+
+
 @pytest.fixture
 def data_dir() -> Path:
     """The real data sets (../shared/data); tests and benchmarks that need them skip where they are absent."""

@@ -22,6 +22,10 @@ else:  # pragma: no cover
 from agents.grpo.registry import STAGES
 
 RECIPES_DIR = Path(__file__).resolve().parent.parent / "recipes"
+LANES_DIR = Path(__file__).resolve().parent.parent / "lanes"
+# What a lane fixes: every top-level key it sets replaces the recipe's (tables whole); stages and their params stay
+# the recipe's. A lane may not set these: they are the method's.
+LANE_FORBIDDEN = frozenset({"stages", "params", "seed"})
 
 DEFAULT_STAGES = {
     "prompt_selector": "random", "rollout_allocator": "fixed", "generation_controller": "none",
@@ -33,6 +37,7 @@ DEFAULT_STAGES = {
 @dataclass
 class TrainConfig:
     description: str = ""
+    lane: str = ""  # the lane this run was put on (agents/lanes/<lane>.toml), "" for a bare recipe
     model: str = "smollm2"  # load_policy name: "smollm2", "tiny", an HF id or a path
     engine: str = "hf"
     env: str = "rlvr/Arithmetic-v0"
@@ -139,12 +144,49 @@ def from_dict(data: dict[str, Any]) -> TrainConfig:
     return cfg
 
 
-def load_recipe(name_or_path: str, overrides: list[str] | None = None) -> TrainConfig:
-    path = resolve_recipe(name_or_path)
+def list_lanes() -> list[str]:
+    return sorted(p.stem for p in LANES_DIR.glob("*.toml"))
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
     try:
-        data = tomllib.loads(path.read_text())
+        return tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as exc:
         raise ValueError(f"{path}: not valid TOML: {exc}") from None
+
+
+def load_lane(name_or_path: str) -> dict[str, Any]:
+    """A lane's settings (``agents/lanes/<name>.toml`` or a path)."""
+    path = Path(name_or_path)
+    if not path.is_file():
+        path = LANES_DIR / f"{name_or_path.removesuffix('.toml')}.toml"
+    if not path.is_file():
+        raise FileNotFoundError(f"no lane {name_or_path!r} (lanes: {', '.join(list_lanes())})")
+    data = _read_toml(path)
+    bad = sorted(set(data) & LANE_FORBIDDEN)
+    if bad:
+        raise ValueError(f"{path}: a lane may not set {bad} (those belong to the method's recipe)")
+    return data
+
+
+def apply_lane(recipe: dict[str, Any], lane: str, recipe_name: str) -> dict[str, Any]:
+    """The recipe with the lane's settings in place: the lane's keys win, the run goes to ``runs/<lane>/<recipe>``."""
+    settings = load_lane(lane)
+    out = dict(recipe)
+    method = str(recipe.get("description", recipe_name))
+    out.update({k: v for k, v in settings.items() if k != "description"})
+    out["lane"] = Path(lane).stem
+    out["description"] = f"{method} [{settings.get('description', out['lane'])}]"
+    out["out_dir"] = f"runs/{out['lane']}/{recipe_name}"
+    return out
+
+
+def load_recipe(name_or_path: str, overrides: list[str] | None = None, *, lane: str | None = None) -> TrainConfig:
+    """A recipe, put on ``lane`` if given, then ``overrides`` (``key=value``) on top of both."""
+    path = resolve_recipe(name_or_path)
+    data = _read_toml(path)
+    if lane:
+        data = apply_lane(data, lane, path.stem)
     for assignment in overrides or []:
         apply_override(data, assignment)
     return from_dict(data)

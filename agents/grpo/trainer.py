@@ -139,6 +139,7 @@ class Trainer:
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self.step = 0
         self.rollouts_total = 0
+        self.tokens_total = 0  # response tokens generated for training (the rollout cost a board reports)
 
     # -- rollouts --------------------------------------------------------------------------------------------------
     def _open_groups(self, indices: list[int], step: int, round_: int) -> dict[str, dict[str, Any]]:
@@ -183,7 +184,7 @@ class Trainer:
         cfg, comp = self.cfg, self.components
         n_tasks = len(self.env.unwrapped.source)
         batch: GroupBatch | None = None
-        generated, refills, gen_reward = 0, 0, 0.0
+        generated, refills, gen_reward, gen_tokens = 0, 0, 0.0, 0
         for round_ in range(cfg.refill_rounds + 1):
             need = cfg.prompts_per_step - (batch.num_groups if batch is not None else 0)
             if need <= 0:
@@ -197,6 +198,7 @@ class Trainer:
                 seed = (cfg.seed * 1_000_003 + self.step) * 1009 + round_ * 101 + alloc_round
                 new = self._generate(requests, groups, seed)
                 generated += len(new)
+                gen_tokens += int(new.response_lengths.sum())
                 gen_reward += float(new.base_rewards.sum())
                 part = new if part is None else GroupBatch.concat([part, new])
                 requests = comp["rollout_allocator"].more(part)
@@ -210,6 +212,7 @@ class Trainer:
             keep = set(list(dict.fromkeys(batch.group_ids))[: cfg.prompts_per_step])
             batch = batch.select([i for i, g in enumerate(batch.group_ids) if g in keep])
         self.rollouts_total += generated
+        self.tokens_total += gen_tokens
         return batch, {"rollouts": generated, "refill_rounds": refills,
                        "generated_reward_mean": gen_reward / max(1, generated)}
 
@@ -281,14 +284,17 @@ class Trainer:
             correct.append(bool(info.get("correct", reward > 0)))
             rewards.append(float(reward))
             lengths.append(len(ro.response_ids))
+        # eval_correct: per-task bits in task order, so two runs on the same tasks can be compared pairwise
         return {"eval_accuracy": float(np.mean(correct)), "eval_reward": float(np.mean(rewards)),
-                "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_s": time.perf_counter() - t0}
+                "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_s": time.perf_counter() - t0,
+                "eval_correct": "".join("1" if c else "0" for c in correct)}
 
     # -- checkpoints -----------------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         trainable = set(self.trainable)
         return {
-            "step": self.step, "rollouts_total": self.rollouts_total, "config": self.cfg.to_dict(),
+            "step": self.step, "rollouts_total": self.rollouts_total, "tokens_total": self.tokens_total,
+            "config": self.cfg.to_dict(),
             "model": {k: v.detach().clone() for k, v in self.model.named_parameters() if k in trainable},
             "optimizer": self.optimizer.state_dict(),
             "components": {stage: c.state_dict() for stage, c in self.components.items()},
@@ -321,6 +327,7 @@ class Trainer:
             c.load_state_dict(state["components"].get(stage, {}))
         checkpoint.set_rng_state(state["rng"])
         self.step, self.rollouts_total = int(state["step"]), int(state["rollouts_total"])
+        self.tokens_total = int(state.get("tokens_total", 0))
         self.metrics.truncate_after(self.step)
         return True
 
@@ -329,7 +336,8 @@ class Trainer:
         t0 = time.perf_counter()
         batch, gen = self.collect()
         t_gen = time.perf_counter() - t0
-        record: dict[str, Any] = {"kind": "train", "step": self.step, **gen, "rollouts_total": self.rollouts_total}
+        record: dict[str, Any] = {"kind": "train", "step": self.step, **gen, "rollouts_total": self.rollouts_total,
+                                  "tokens_total": self.tokens_total}
         if batch is None:  # every group dropped and no refill left: nothing to learn from this step
             record.update(groups=0, skipped=True)
             return record

@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from agents.grpo.batch import GroupBatch, group_mean, group_std
+from agents.grpo.comparisons import Comparison, declare
 from agents.grpo.registry import Component, register
 
 THINK_END = "</think>"
@@ -101,3 +102,8 @@ class ERRPlus(Component):
 
     def __call__(self, batch: GroupBatch) -> torch.Tensor:
         return self.err(batch) if self.phase(batch.step) == "err" else self.rrer(batch)
+
+
+declare(Comparison(
+    method="err_plus", baseline="grpo", metric="final_eval_tokens", direction="lower",
+    claim="ERR+ cuts response tokens by 41% to 70% at about equal accuracy"))

@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agents.grpo.batch import GroupBatch
+from agents.grpo.comparisons import Comparison, declare
 from agents.grpo.registry import Component, register
 
 
@@ -81,3 +82,8 @@ class VigorAllocator(Component):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self._left, self._order = int(state["left"]), list(state["order"])
+
+
+declare(Comparison(
+    method="vigor", baseline="grpo", metric="rollouts_to_target", direction="lower", params={"gain": 0.10},
+    claim="VIGOR reaches a target accuracy with 2.3x fewer rollouts than GRPO at the same per-step rollout budget"))

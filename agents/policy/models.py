@@ -194,7 +194,8 @@ def _load_pretrained(path_or_id: str, dtype: torch.dtype) -> tuple[Any, Any]:
 
 
 def load_policy(name: str, *, dtype: str | torch.dtype = "float32", seed: int = 0) -> Policy:
-    """``"smollm2"``, ``"tiny"``, a Hugging Face model id, a local model directory or a ``.gguf`` file.
+    """``"smollm2"``, ``"tiny"``, ``"micro-countdown"`` (``agents.policy.micro``; ``micro-countdown@steps=20`` overrides
+    its warm-start config), a Hugging Face model id, a local model directory or a ``.gguf`` file.
     ``seed`` only matters for ``tiny`` (its init); pretrained weights are what they are."""
     torch_dtype = _dtype(dtype)
     if name == "tiny":
@@ -209,6 +210,14 @@ def load_policy(name: str, *, dtype: str | torch.dtype = "float32", seed: int = 
                       info={"hf_id": SMOLLM2_ID, "dtype": str(torch_dtype), "path": str(path)})
     if not name or not isinstance(name, str):
         raise ValueError(f"model name must be a non-empty string, got {name!r}")
+    from agents.policy.micro import ensure_micro, parse_name
+
+    micro = parse_name(name)
+    if micro is not None:  # built (supervised warm start) on first use, then cached
+        path = ensure_micro(micro)
+        model, tokenizer = _load_pretrained(str(path), torch_dtype)
+        return Policy(model, tokenizer, name, weights_hash(model), source=f"warm start {path.name}",
+                      info={"dtype": str(torch_dtype), "path": str(path), "micro_key": micro.key()})
     model, tokenizer = _load_pretrained(name, torch_dtype)
     info = {"dtype": str(torch_dtype)}
     if Path(name).is_dir():

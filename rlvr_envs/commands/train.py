@@ -14,6 +14,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("recipe", nargs="?", help="recipe name or path to a .toml file")
     p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                    help="override a recipe key (dotted for tables: stages.advantage=lampo, params.loss.clip_high=0.3)")
+    p.add_argument("--lane", default=None,
+                   help="put the recipe on a lane (agents/lanes/*.toml: micro, smollm2): the lane fixes model, env, "
+                        "sampling, budget and held-out eval; the recipe keeps the method's stages")
     p.add_argument("--list", action="store_true", help="list recipes and every stage's registered components")
     p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in out_dir and start over")
     p.add_argument("--dry-run", action="store_true", help="print the resolved recipe and exit")
@@ -22,11 +25,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    from agents.grpo.config import list_recipes, load_recipe
+    from agents.grpo.config import list_lanes, list_recipes, load_recipe
     from agents.grpo.registry import STAGES, names
 
     if args.list:
         print("recipes: " + ", ".join(list_recipes()))
+        print("lanes: " + ", ".join(list_lanes()))
         for stage, registered in names().items():
             print(f"{STAGES[stage]:<20} ({stage}): {', '.join(registered)}")
         return 0
@@ -34,7 +38,7 @@ def run(args: argparse.Namespace) -> int:
         print("rlvr train: give a recipe (see `rlvr train --list`)", file=sys.stderr)
         return 2
     try:
-        cfg = load_recipe(args.recipe, args.overrides)
+        cfg = load_recipe(args.recipe, args.overrides, lane=args.lane)
     except (ValueError, FileNotFoundError) as exc:
         print(f"rlvr train: {exc}", file=sys.stderr)
         return 2

@@ -1,0 +1,202 @@
+"""Method-vs-baseline comparisons: each method declares its paper's claim once, beside its file; the regression suite
+(``benchmarks/test_regression.py``) runs them with paired seeds on a lane and checks the claimed direction.
+
+A ``Comparison`` names two recipes, a lane, the seeds, a metric and the direction the paper claims for
+``method - baseline``. Metrics read the runs' ``metrics.jsonl`` records, so every number in a result can be recomputed
+from the runs. Paired: seed ``s`` of the method and seed ``s`` of the baseline start from the same weights, draw the
+same prompts, and are scored on the same held-out tasks.
+
+Metrics (``value(records)`` per run; the difference is method minus baseline):
+
+- ``final_accuracy``: held-out greedy accuracy after the last step. Interval: paired bootstrap over seeds and, within
+  a seed, over held-out tasks (both runs of a seed answer the same tasks).
+- ``accuracy_auc``: mean held-out accuracy over every eval of the run (step 0 included): how fast it learns.
+- ``rollouts_to_target``: rollouts generated until held-out accuracy first reaches ``start + gain`` (``gain`` from the
+  comparison's ``params``, default 0.10); a run that never reaches it counts as its total rollouts (censored; the
+  result says how many were censored). Lower is better.
+- ``final_eval_tokens``: mean response length (tokens) of the last held-out eval. Lower is better; the result also
+  reports the accuracy difference, since a length claim is "shorter at about equal accuracy".
+
+Intervals over seeds alone use Student's t on the paired differences (3 seeds: wide, and said so).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+
+DIRECTIONS = ("higher", "lower")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    method: str  # recipe of the method (agents/recipes/<method>.toml)
+    baseline: str  # recipe of the baseline it is compared with
+    metric: str  # a key of METRICS
+    direction: str  # what the paper claims for method - baseline: "higher" or "lower"
+    claim: str  # the paper's claim, in words, with its figure
+    lane: str = "micro"
+    seeds: tuple[int, ...] = (0, 1, 2)
+    overrides: tuple[str, ...] = ()  # `--set` overrides for both runs (the same budget for both)
+    params: dict[str, Any] = field(default_factory=dict)  # the metric's parameters
+    # Set once measured and not reproduced: the numbers (and commit) of that run. The suite then expects it to fail.
+    known_result: str = ""
+
+    def __post_init__(self) -> None:
+        if self.metric not in METRICS:
+            raise ValueError(f"{self.method}: unknown metric {self.metric!r}; metrics: {', '.join(METRICS)}")
+        if self.direction not in DIRECTIONS:
+            raise ValueError(f"{self.method}: direction must be one of {DIRECTIONS}, got {self.direction!r}")
+        if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
+            raise ValueError(f"{self.method}: seeds must be distinct and non-empty, got {self.seeds}")
+
+    @property
+    def name(self) -> str:
+        return f"{self.method}_vs_{self.baseline}"
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["seeds"], d["overrides"] = list(self.seeds), list(self.overrides)
+        return d
+
+
+_COMPARISONS: dict[str, Comparison] = {}
+
+
+def declare(comparison: Comparison) -> Comparison:
+    """Register a comparison (once per method/baseline pair: a duplicate is an error, not an overwrite)."""
+    if comparison.name in _COMPARISONS:
+        raise ValueError(f"comparison {comparison.name!r} is declared twice")
+    _COMPARISONS[comparison.name] = comparison
+    return comparison
+
+
+def comparisons() -> dict[str, Comparison]:
+    """Every declared comparison (importing the baselines and each method file declares theirs)."""
+    from agents.grpo.registry import load_builtin
+
+    load_builtin()
+    return dict(sorted(_COMPARISONS.items()))
+
+
+# -- reading runs ------------------------------------------------------------------------------------------------------
+def evals(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    return sorted((r for r in records if r.get("kind") == "eval" and "eval_accuracy" in r), key=lambda r: r["step"])
+
+
+def _rollouts_at(records: Sequence[dict[str, Any]], step: int) -> int:
+    done = [r.get("rollouts_total", 0) for r in records if r.get("kind") == "train" and r["step"] <= step]
+    return int(max(done, default=0))
+
+
+def final_accuracy(records: Sequence[dict[str, Any]], **_: Any) -> float:
+    return float(evals(records)[-1]["eval_accuracy"])
+
+
+def accuracy_auc(records: Sequence[dict[str, Any]], **_: Any) -> float:
+    return float(np.mean([r["eval_accuracy"] for r in evals(records)]))
+
+
+def rollouts_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> float:
+    """Rollouts spent when held-out accuracy first reaches ``start + gain``; the total (censored) if never."""
+    for r in evals(records):
+        if r["eval_accuracy"] >= start + gain - 1e-12:
+            return float(_rollouts_at(records, r["step"]))
+    return float(_rollouts_at(records, 10**12))
+
+
+def reached_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> bool:
+    return any(r["eval_accuracy"] >= start + gain - 1e-12 for r in evals(records))
+
+
+def final_eval_tokens(records: Sequence[dict[str, Any]], **_: Any) -> float:
+    return float(evals(records)[-1]["eval_len_mean"])
+
+
+METRICS: dict[str, Callable[..., float]] = {
+    "final_accuracy": final_accuracy, "accuracy_auc": accuracy_auc, "rollouts_to_target": rollouts_to_target,
+    "final_eval_tokens": final_eval_tokens,
+}
+
+
+# -- statistics --------------------------------------------------------------------------------------------------------
+_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+
+
+def t_interval(diffs: Sequence[float]) -> tuple[float, float]:
+    """95% Student-t interval of the mean of paired differences (a single pair has no interval: +-inf)."""
+    d = np.asarray(diffs, dtype=float)
+    if len(d) < 2:
+        return (-float("inf"), float("inf"))
+    half = _T975.get(len(d) - 1, 1.96) * d.std(ddof=1) / np.sqrt(len(d))
+    return (float(d.mean() - half), float(d.mean() + half))
+
+
+def paired_bootstrap(method_bits: Sequence[Sequence[int]], baseline_bits: Sequence[Sequence[int]], *,
+                     reps: int = 4000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of mean accuracy difference: resample seeds, then tasks within each seed (pairs kept)."""
+    rng = np.random.default_rng(seed)
+    m = [np.asarray(b, dtype=float) for b in method_bits]
+    b = [np.asarray(x, dtype=float) for x in baseline_bits]
+    if any(len(x) != len(y) for x, y in zip(m, b)):
+        raise ValueError("paired runs must be scored on the same held-out tasks")
+    diffs = [x - y for x, y in zip(m, b)]
+    out = np.empty(reps)
+    for k in range(reps):
+        seeds = rng.integers(0, len(diffs), len(diffs))
+        out[k] = np.mean([diffs[s][rng.integers(0, len(diffs[s]), len(diffs[s]))].mean() for s in seeds])
+    lo, hi = np.quantile(out, [0.025, 0.975])
+    return (float(lo), float(hi))
+
+
+def final_bits(records: Sequence[dict[str, Any]]) -> list[int] | None:
+    """Per-task correctness of the last held-out eval (``eval_correct``: a string of 0/1), if recorded."""
+    bits = evals(records)[-1].get("eval_correct")
+    return None if bits is None else [int(c) for c in bits]
+
+
+def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]]],
+              baseline_runs: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per-seed values, the paired difference with its 95% interval, and whether the claimed direction holds."""
+    seeds = list(comparison.seeds)
+    metric = METRICS[comparison.metric]
+    params = dict(comparison.params)
+    if comparison.metric == "rollouts_to_target":
+        # one target for both runs of a seed: the baseline's start accuracy (the two share their start weights)
+        starts = {s: float(evals(baseline_runs[s])[0]["eval_accuracy"]) for s in seeds}
+    else:
+        starts = {s: 0.0 for s in seeds}
+    mv = {s: metric(method_runs[s], start=starts[s], **params) for s in seeds}
+    bv = {s: metric(baseline_runs[s], start=starts[s], **params) for s in seeds}
+    diffs = [mv[s] - bv[s] for s in seeds]
+    interval = t_interval(diffs)
+    interval_kind = "student-t over seeds"
+    if comparison.metric == "final_accuracy":
+        mb = [final_bits(method_runs[s]) for s in seeds]
+        bb = [final_bits(baseline_runs[s]) for s in seeds]
+        if all(x is not None for x in mb + bb):
+            interval, interval_kind = paired_bootstrap(mb, bb), "paired bootstrap over seeds and held-out tasks"
+    diff = float(np.mean(diffs))
+    sign = 1.0 if comparison.direction == "higher" else -1.0
+    out: dict[str, Any] = {
+        "method_value": float(np.mean(list(mv.values()))), "baseline_value": float(np.mean(list(bv.values()))),
+        "difference": diff, "interval": list(interval), "interval_kind": interval_kind,
+        "per_seed": {str(s): {"method": mv[s], "baseline": bv[s]} for s in seeds},
+        "direction_reproduced": bool(sign * diff > 0),
+        # the whole interval on the claimed side of 0
+        "significant": bool(interval[0] > 0 if sign > 0 else interval[1] < 0),
+        "accuracy": {"method": float(np.mean([final_accuracy(method_runs[s]) for s in seeds])),
+                     "baseline": float(np.mean([final_accuracy(baseline_runs[s]) for s in seeds]))},
+    }
+    if comparison.metric == "rollouts_to_target":
+        gain = params.get("gain", 0.10)
+        out["target"] = {str(s): starts[s] + gain for s in seeds}
+        out["censored"] = {"method": sum(not reached_target(method_runs[s], start=starts[s], gain=gain) for s in seeds),
+                           "baseline": sum(not reached_target(baseline_runs[s], start=starts[s], gain=gain)
+                                           for s in seeds)}
+        speedups = [bv[s] / mv[s] for s in seeds if mv[s] > 0]
+        out["ratio_baseline_over_method"] = float(np.mean(speedups)) if speedups else None
+    return out

@@ -1,0 +1,159 @@
+"""The regression suite's runner: every declared comparison on its lane, with paired seeds, results reused by key.
+
+``run_comparison`` trains each (recipe, seed) of a comparison on its lane (``runs/regression/<recipe>-s<seed>-<key>``,
+resumed from its checkpoint if a run was interrupted), summarizes them (``agents.grpo.comparisons.summarize``) and writes
+``benchmarks/results/<method>.json`` plus a PNG of the held-out accuracy curves.
+
+Keys: a run's key hashes its resolved recipe (less where it writes and how it reports) and the source of the code that
+decides what it computes (``CODE_PATHS``); a result's key hashes its comparison and its runs' keys. A result file whose
+key matches is reused without running anything, so a second ``pytest benchmarks/`` with nothing changed takes
+seconds. Baseline runs are shared: VIGOR-vs-GRPO and ERR+-vs-GRPO train the same GRPO runs once.
+
+``quick=True`` swaps in the ``tiny`` model and a few steps (``QUICK_OVERRIDES``): it proves a comparison runs end to
+end (``make test`` does this for every comparison) and says nothing about the claim.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from agents.grpo.comparisons import Comparison, evals, summarize
+from agents.grpo.config import TrainConfig, load_recipe
+
+ROOT = Path(__file__).resolve().parents[2]
+CODE_PATHS = ("agents/grpo", "agents/policy", "agents/methods", "agents/lanes", "agents/recipes", "rlvr_envs/core.py",
+              "rlvr_envs/extract.py", "rlvr_envs/tasks", "rlvr_envs/verifiers")
+# Fields that do not change what a run computes.
+_NOT_KEYED = frozenset({"out_dir", "progress", "plot", "description", "checkpoint_every", "keep_checkpoints"})
+QUICK_OVERRIDES = ("model=tiny", "steps=2", "prompts_per_step=2", "max_new_tokens=12", "eval_size=4", "eval_every=1",
+                   "eval_max_new_tokens=12", "micro_batch=16", "checkpoint_every=0")
+QUICK_SEEDS = (0, 1)
+
+
+def code_hash(paths: tuple[str, ...] = CODE_PATHS) -> str:
+    h = hashlib.sha256()
+    for rel in paths:
+        base = ROOT / rel
+        files = sorted(base.rglob("*")) if base.is_dir() else [base]
+        for f in files:
+            if f.is_file() and f.suffix in (".py", ".toml") and "__pycache__" not in f.parts:
+                h.update(str(f.relative_to(ROOT)).encode())
+                h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def run_key(cfg: TrainConfig, code: str) -> str:
+    keyed = {k: v for k, v in cfg.to_dict().items() if k not in _NOT_KEYED}
+    return hashlib.sha256(json.dumps([keyed, code], sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def resolve(comparison: Comparison, recipe: str, seed: int, *, quick: bool = False) -> TrainConfig:
+    overrides = [*comparison.overrides, *(QUICK_OVERRIDES if quick else ()), f"seed={seed}", "progress=false"]
+    return load_recipe(recipe, overrides, lane=comparison.lane)
+
+
+def train_run(cfg: TrainConfig, runs_dir: Path, code: str, *, log: Any = None) -> tuple[list[dict[str, Any]], str]:
+    """Train (or reuse, or resume) one run; returns its metrics records and its key."""
+    from agents.grpo.metrics import MetricsLog
+    from agents.grpo.trainer import Trainer
+
+    key = run_key(cfg, code)
+    out = runs_dir / f"{Path(cfg.out_dir).name}-s{cfg.seed}-{key}"
+    done = out / "done.json"
+    if done.is_file():
+        return MetricsLog(out / "metrics.jsonl").read(), key
+    cfg.out_dir = str(out)
+    t0 = time.perf_counter()
+    if log:
+        log(f"train {out.name} ({cfg.steps} steps)")
+    records = Trainer(cfg).run(resume=True)
+    done.write_text(json.dumps({"key": key, "wall_s": time.perf_counter() - t0}))
+    return records, key
+
+
+def _curves(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    train = {r["step"]: r for r in records if r.get("kind") == "train"}
+    return [{"step": r["step"], "rollouts": train.get(r["step"], {}).get("rollouts_total", 0),
+             "tokens": train.get(r["step"], {}).get("tokens_total", 0), "eval_accuracy": r["eval_accuracy"],
+             "eval_len_mean": r.get("eval_len_mean")} for r in evals(records)]
+
+
+def _wall(records: list[dict[str, Any]]) -> float:
+    return float(sum(r.get("gen_s", 0) + r.get("train_s", 0) for r in records if r.get("kind") == "train")
+                 + sum(r.get("eval_s", 0) for r in records if r.get("kind") == "eval"))
+
+
+def plot(result: dict[str, Any], path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.0))
+    for side, color in (("baseline", "tab:gray"), ("method", "tab:blue")):
+        for i, curve in enumerate(result["curves"][side].values()):
+            ax.plot([c["rollouts"] for c in curve], [c["eval_accuracy"] for c in curve], color=color, alpha=0.8,
+                    marker=".", label=f"{result[side]} (seeds {', '.join(result['curves'][side])})" if i == 0 else None)
+    ax.set_xlabel("rollouts generated")
+    ax.set_ylabel("held-out greedy accuracy")
+    lo, hi = result["interval"]
+    ax.set_title(f"{result['method']} vs {result['baseline']} on {result['lane']}: {result['metric']} "
+                 f"diff {result['difference']:+.3g} [{lo:+.3g}, {hi:+.3g}]", fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path, quick: bool = False,
+                   log: Any = print) -> dict[str, Any]:
+    """Run (or reuse) a comparison and write ``results_dir/<method>.json`` and ``.png``."""
+    code = code_hash()
+    seeds = QUICK_SEEDS if quick else comparison.seeds
+    cfgs = {(side, s): resolve(comparison, recipe, s, quick=quick) for side, recipe in
+            (("method", comparison.method), ("baseline", comparison.baseline)) for s in seeds}
+    keys = {f"{side}/{s}": run_key(cfg, code) for (side, s), cfg in cfgs.items()}
+    result_key = hashlib.sha256(json.dumps([comparison.to_dict(), keys, quick], sort_keys=True).encode()).hexdigest()[:16]
+    path = results_dir / f"{comparison.method}.json"
+    if path.is_file():
+        try:
+            old = json.loads(path.read_text())
+        except json.JSONDecodeError:
+            old = {}
+        if old.get("key") == result_key:
+            if log:
+                log(f"{comparison.name}: reusing {path} (key {result_key})")
+            return old
+    t0 = time.perf_counter()
+    runs: dict[str, dict[int, list[dict[str, Any]]]] = {"method": {}, "baseline": {}}
+    for (side, s), cfg in cfgs.items():
+        runs[side][s], _ = train_run(cfg, runs_dir, code, log=log)
+    if quick:  # a two-seed run of a few steps is a smoke test, not a claim
+        comparison = Comparison(**{**comparison.to_dict(), "seeds": tuple(seeds), "overrides": tuple(comparison.overrides)})
+    summary = summarize(comparison, runs["method"], runs["baseline"])
+    from rlvr_envs.harness.results import git_info
+
+    result = {
+        "method": comparison.method, "baseline": comparison.baseline, "lane": comparison.lane,
+        "seeds": list(seeds), "metric": comparison.metric, "direction": comparison.direction,
+        "claim": comparison.claim, "params": comparison.params, **summary, "quick": quick,
+        "commit": git_info().get("commit"), "code_hash": code, "key": result_key, "run_keys": keys,
+        "recipes": {"method": cfgs[("method", seeds[0])].to_dict(), "baseline": cfgs[("baseline", seeds[0])].to_dict()},
+        "curves": {side: {str(s): _curves(runs[side][s]) for s in seeds} for side in runs},
+        "wall_s": {side: {str(s): round(_wall(runs[side][s]), 1) for s in seeds} for side in runs},
+        "suite_wall_s": round(time.perf_counter() - t0, 1),
+        "command": f"pytest benchmarks/test_regression.py -k {comparison.method}" + (" --quick" if quick else ""),
+    }
+    results_dir.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(result, indent=1) + "\n")
+    os.replace(tmp, path)
+    plot(result, path.with_suffix(".png"))
+    return result

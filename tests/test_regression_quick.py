@@ -1,0 +1,77 @@
+"""Every declared comparison runs end to end (tiny model, two steps, two seeds) and writes a complete result."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from agents.grpo.comparisons import Comparison, comparisons, declare, summarize
+from agents.grpo.regression import run_comparison
+
+REQUIRED = {"method", "baseline", "lane", "seeds", "metric", "method_value", "baseline_value", "interval",
+            "direction_reproduced", "commit", "recipes", "curves", "claim", "direction", "key", "command"}
+
+
+def test_every_method_declares_a_comparison() -> None:
+    names = comparisons()
+    assert {"vigor_vs_grpo", "err_plus_vs_grpo", "lampo_vs_grpo", "dapo_vs_grpo", "dr_grpo_vs_grpo"} <= set(names)
+    with pytest.raises(ValueError, match="declared twice"):
+        declare(names["vigor_vs_grpo"])
+    with pytest.raises(ValueError, match="unknown metric"):
+        Comparison("a", "b", "speed", "higher", "x")
+
+
+@pytest.mark.parametrize("name", sorted(comparisons()))
+def test_quick_comparison_runs_and_is_reused(name: str, tmp_path: Path) -> None:
+    comparison = comparisons()[name]
+    messages: list[str] = []
+    result = run_comparison(comparison, results_dir=tmp_path / "res", runs_dir=tmp_path / "runs", quick=True,
+                            log=messages.append)
+    on_disk = json.loads((tmp_path / "res" / f"{comparison.method}.json").read_text())
+    assert REQUIRED <= set(on_disk) and on_disk["quick"] is True
+    assert (tmp_path / "res" / f"{comparison.method}.png").stat().st_size > 0
+    assert result["recipes"]["method"]["lane"] == comparison.lane
+    assert result["recipes"]["method"]["model"] == "tiny" and result["seeds"] == [0, 1]
+    for side in ("method", "baseline"):
+        assert set(result["curves"][side]) == {"0", "1"}
+        assert [c["step"] for c in result["curves"][side]["0"]] == [0, 1, 2]
+    lo, hi = result["interval"]
+    assert lo <= result["difference"] <= hi
+    # nothing changed: the result is read back, no training
+    again = run_comparison(comparison, results_dir=tmp_path / "res", runs_dir=tmp_path / "runs", quick=True,
+                           log=messages.append)
+    assert again["key"] == result["key"] and any("reusing" in m for m in messages)
+
+
+def _run(accs: list[float], rollouts_per_step: int = 10, length: float = 5.0, bits: str | None = None) -> list[dict]:
+    out = []
+    for step, acc in enumerate(accs):
+        if step:
+            out.append({"kind": "train", "step": step, "rollouts_total": step * rollouts_per_step})
+        out.append({"kind": "eval", "step": step, "eval_accuracy": acc, "eval_len_mean": length,
+                    **({"eval_correct": bits} if bits is not None and step == len(accs) - 1 else {})})
+    return out
+
+
+def test_summarize_rollouts_to_target_and_direction() -> None:
+    c = Comparison("m", "b", "rollouts_to_target", "lower", "m is faster", seeds=(0, 1, 2), params={"gain": 0.2})
+    method = {s: _run([0.3, 0.4, 0.5 + 0.01 * s, 0.6]) for s in range(3)}  # reaches 0.5 at step 2 -> 20 rollouts
+    base = {s: _run([0.3, 0.35, 0.4, 0.45]) for s in range(3)}  # never: censored at 30
+    out = summarize(c, method, base)
+    assert out["method_value"] == 20 and out["baseline_value"] == 30 and out["difference"] == -10
+    assert out["direction_reproduced"] and out["censored"] == {"method": 0, "baseline": 3}
+    assert out["ratio_baseline_over_method"] == pytest.approx(1.5)
+    flipped = summarize(Comparison("m", "b", "rollouts_to_target", "higher", "x", params={"gain": 0.2}), method, base)
+    assert not flipped["direction_reproduced"]
+
+
+def test_summarize_final_accuracy_pairs_tasks() -> None:
+    c = Comparison("m", "b", "final_accuracy", "higher", "x", seeds=(0, 1))
+    method = {s: _run([0.0, 0.75], bits="1110" * 10) for s in range(2)}
+    base = {s: _run([0.0, 0.25], bits="1000" * 10) for s in range(2)}
+    out = summarize(c, method, base)
+    assert out["difference"] == pytest.approx(0.5) and out["interval_kind"].startswith("paired bootstrap")
+    lo, hi = out["interval"]
+    assert 0.3 < lo < 0.5 < hi < 0.7 and out["significant"]
