@@ -41,6 +41,23 @@ def test_rlvr_eval_on_arithmetic_then_submit(tmp_path, capsys):
         lb.submit(doc, "arithmetic", boards_dir=boards)
 
 
+def test_three_task_gold_run_cannot_join_a_twelve_task_board(tmp_path, capsys):
+    from rlvr_envs.harness import evaluate
+
+    boards = str(tmp_path / "boards")
+    evaluate(GoldAgent(ARITH), ARITH, limit=12, out=tmp_path / "r12.json", progress=False)
+    evaluate(GoldAgent(ARITH), ARITH, limit=3, out=tmp_path / "r3.json", progress=False)
+    assert rlvr_main(["leaderboard", "submit", str(tmp_path / "r12.json"), "--board", "arith", "--boards-dir", boards]) == 0
+    capsys.readouterr()
+    assert rlvr_main(["leaderboard", "submit", str(tmp_path / "r3.json"), "--board", "arith", "--boards-dir", boards]) == 1
+    err = capsys.readouterr().err
+    print(err)
+    sha12, sha3 = (lb.task_ids_sha256(f"arith-{i}" for i in range(n)) for n in (12, 3))
+    assert f"rejected: board 'arith' is pinned to 12 tasks (task ids sha256 {sha12}) x 1 sample per task; " \
+           f"these results have 3 tasks (task ids sha256 {sha3}) x 1 sample per task. Different task set" in err
+    assert len(lb.load_board(tmp_path / "boards" / "arith.json")["entries"]) == 1
+
+
 def test_rlvr_eval_bad_arguments(tmp_path, capsys):
     with pytest.raises(SystemExit, match="module:attr"):
         rlvr_main(["eval", "--env", ARITH, "--agent", "nocolon", "--out", str(tmp_path / "x.json")])
