@@ -333,3 +333,18 @@ def test_unpinned_board_is_shown_refuses_submissions_and_migrates_from_its_resul
     with pytest.raises(lb.SubmissionRejected, match="Different task set"):
         lb.submit(make_results(tmp_path / "r3.json", limit=3), "toy", boards_dir=tmp_path)
 
+
+def test_committed_boards_are_pinned_to_the_results_they_were_verified_from():
+    boards = sorted((REPO / "leaderboards" / "boards").glob("*.json"))
+    assert boards
+    for path in boards:
+        board = lb.load_board(path)
+        assert board["schema_version"] == lb.BOARD_SCHEMA_VERSION, path.name
+        for e in board["entries"]:
+            doc = json.loads((REPO / "leaderboards" / "results" / e["results_file"]).read_text())
+            digest = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+            assert digest == e["results_sha256"], path.name  # the very file the entry was verified from
+            ids = [r["task_id"] for r in doc["records"]]
+            assert board["pin"] == {"n_tasks": len(set(ids)), "task_ids_sha256": pin_sha(ids),
+                                    "n_samples": doc["config"]["n_samples"]}, path.name
+            assert e["task_ids_sha256"] == board["pin"]["task_ids_sha256"], path.name
