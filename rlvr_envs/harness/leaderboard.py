@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr_envs.harness.metrics import compute_metrics, metrics_match
+from rlvr_envs.harness.metrics import answer_equivalence, compute_metrics, metrics_match
 from rlvr_envs.harness.results import SchemaError, atomic_write_json, env_version, now_iso, validate
 
 BOARD_SCHEMA = "rlvr-board"
@@ -121,13 +121,15 @@ def verify_results(doc: Any, *, max_reports: int = 5) -> dict[str, Any]:
             elif format_ok != rec["format_ok"]:
                 problems.append(f"{where}: claimed format_ok={rec['format_ok']}, verifier says {format_ok}")
             rescored.append({**rec, "correct": correct, "parsed_answer": parsed, "format_ok": format_ok})
+        if problems:
+            more = f" (and {len(problems) - max_reports} more)" if len(problems) > max_reports else ""
+            raise SubmissionRejected(f"{len(problems)} record(s) disagree with the {env_id} verifier: "
+                                     + "; ".join(problems[:max_reports]) + more)
+        # maj@n votes with the env's answer equivalence, exactly as evaluate() computed it.
+        recomputed = compute_metrics(rescored, cfg["n_samples"], n_params=(prov.get("agent") or {}).get("n_params"),
+                                     same_answer=answer_equivalence(env))
     finally:
         env.close()
-    if problems:
-        more = f" (and {len(problems) - max_reports} more)" if len(problems) > max_reports else ""
-        raise SubmissionRejected(f"{len(problems)} record(s) disagree with the {env_id} verifier: "
-                                 + "; ".join(problems[:max_reports]) + more)
-    recomputed = compute_metrics(rescored, cfg["n_samples"], n_params=(prov.get("agent") or {}).get("n_params"))
     diffs = metrics_match(doc["metrics"], recomputed)
     if diffs:
         raise SubmissionRejected("claimed metrics do not match the re-verified records: " + "; ".join(diffs[:max_reports]))
