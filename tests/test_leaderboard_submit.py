@@ -14,6 +14,7 @@ from harness_toy import TOY_ID, SeededAgent, make_toy_env
 from rlvr_envs.cli import main as rlvr_main
 from rlvr_envs.harness import evaluate
 from rlvr_envs.harness import leaderboard as lb
+from rlvr_envs.harness.metrics import metrics_match
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -166,6 +167,7 @@ def test_submit_script_runs_the_same_code(tmp_path):
 CONCURRENT = """
 import sys, time
 from rlvr_envs.harness import leaderboard as lb
+from rlvr_envs.harness.metrics import metrics_match
 write = lb.atomic_write_json
 def slow_write(path, doc):
     time.sleep(0.2)
@@ -181,6 +183,7 @@ def crash(fd):
     os.kill(os.getpid(), signal.SIGKILL)  # die after the temp file is written, before it replaces the board
 results.os.fsync = crash
 from rlvr_envs.harness import leaderboard as lb
+from rlvr_envs.harness.metrics import metrics_match
 lb.submit(sys.argv[1], "toy", boards_dir=sys.argv[2])
 """
 
@@ -348,3 +351,22 @@ def test_committed_boards_are_pinned_to_the_results_they_were_verified_from():
             assert board["pin"] == {"n_tasks": len(set(ids)), "task_ids_sha256": pin_sha(ids),
                                     "n_samples": doc["config"]["n_samples"]}, path.name
             assert e["task_ids_sha256"] == board["pin"]["task_ids_sha256"], path.name
+
+
+COMMITTED_RESULTS = sorted((REPO / "leaderboards" / "results").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED_RESULTS, ids=lambda p: p.name)
+def test_committed_results_still_reverify(path, tmp_path):
+    """Every committed results file passes today's verifiers and yields the metrics its board shows."""
+    from rlvr_envs.data import DataNotFoundError
+
+    cfg = json.loads(path.read_text())["config"]
+    try:
+        gym.make(cfg["env_id"], **cfg["env_kwargs"]).close()
+    except DataNotFoundError as exc:
+        pytest.skip(f"{path.name} needs data RLVR_DATA_DIR lacks: {str(exc)[:200]}")
+    entry = lb.submit(path, path.stem, boards_dir=tmp_path)
+    (shown,) = [e for b in (REPO / "leaderboards" / "boards").glob("*.json")
+                for e in lb.load_board(b)["entries"] if e["results_file"] == path.name]
+    assert metrics_match(shown["metrics"], entry["metrics"]) == []
