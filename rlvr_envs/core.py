@@ -167,6 +167,7 @@ class TextEnv(gym.Env[str, str]):
         max_response_chars: int = DEFAULT_MAX_CHARS,
         verifier_name: str = "",
         gold_formatter: Callable[[Task], str] | None = None,
+        answer_equivalence: Callable[[str, str], bool] | None = None,
         render_mode: str | None = None,
     ):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
@@ -181,6 +182,7 @@ class TextEnv(gym.Env[str, str]):
         self.max_response_chars = int(max_response_chars)
         self.verifier_name = verifier_name
         self._gold_formatter = gold_formatter
+        self._answer_equivalence = answer_equivalence
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_prompt_chars)
         self.action_space = TextSpace(max_response_chars)
@@ -247,6 +249,13 @@ class TextEnv(gym.Env[str, str]):
     def score(self, task: Task, response: str) -> Verdict:
         """Score a response against a task without an episode (used by the harness to re-verify records)."""
         return self.scorer(task, response[: self.max_response_chars])
+
+    def same_answer(self, a: str, b: str) -> bool:
+        """Whether two parsed answers are one answer under this env's verifier (maj@k votes with this): the
+        ``answer_equivalence`` the env was built with, else equal strings once surrounding whitespace is stripped."""
+        if self._answer_equivalence is not None:
+            return bool(self._answer_equivalence(a, b))
+        return a.strip() == b.strip()
 
     def gold_response(self, task: Task) -> str:
         """The reference answer written as a well-formatted response (for gold-agent sanity sweeps)."""

@@ -41,6 +41,55 @@ def test_rlvr_eval_on_arithmetic_then_submit(tmp_path, capsys):
         lb.submit(doc, "arithmetic", boards_dir=boards)
 
 
+def test_three_task_gold_run_cannot_join_a_twelve_task_board(tmp_path, capsys):
+    from rlvr_envs.harness import evaluate
+
+    boards = str(tmp_path / "boards")
+    evaluate(GoldAgent(ARITH), ARITH, limit=12, out=tmp_path / "r12.json", progress=False)
+    evaluate(GoldAgent(ARITH), ARITH, limit=3, out=tmp_path / "r3.json", progress=False)
+    assert rlvr_main(["leaderboard", "submit", str(tmp_path / "r12.json"), "--board", "arith", "--boards-dir", boards]) == 0
+    capsys.readouterr()
+    assert rlvr_main(["leaderboard", "submit", str(tmp_path / "r3.json"), "--board", "arith", "--boards-dir", boards]) == 1
+    err = capsys.readouterr().err
+    print(err)
+    sha12, sha3 = (lb.task_ids_sha256(f"arith-{i}" for i in range(n)) for n in (12, 3))
+    assert f"rejected: board 'arith' is pinned to 12 tasks (task ids sha256 {sha12}) x 1 sample per task; " \
+           f"these results have 3 tasks (task ids sha256 {sha3}) x 1 sample per task. Different task set" in err
+    assert len(lb.load_board(tmp_path / "boards" / "arith.json")["entries"]) == 1
+
+
+class EquivalentFormsAgent:
+    """Task 0 (gold 1/2): 3, 1/2, 3, 0.5, \\frac{1}{2}; task 1 (gold 7): 7 every time."""
+
+    FORMS = ["3", "1/2", "3", "0.5", "\\frac{1}{2}"]
+
+    def act(self, observations, infos):
+        return [f"The answer is \\boxed{{{self.FORMS[i['sample_index']] if i['task_index'] == 0 else 7}}}."
+                for i in infos]
+
+
+def test_math_env_maj_votes_on_equivalent_answers_and_the_board_agrees(tmp_path):
+    from rlvr_envs.harness import evaluate
+
+    data = tmp_path / "data" / "math"
+    data.mkdir(parents=True)
+    rows = [{"problem": "What is 1 divided by 2?", "answer": "\\frac{1}{2}", "subject": "Prealgebra", "level": 1,
+             "unique_id": "toy/half.json"},
+            {"problem": "What is 3 + 4?", "answer": "7", "subject": "Prealgebra", "level": 1,
+             "unique_id": "toy/seven.json"}]
+    (data / "math500.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    out = tmp_path / "maj.json"
+    res = evaluate(EquivalentFormsAgent(), "rlvr/MATH500-v0", env_kwargs={"data_dir": str(tmp_path / "data")},
+                   n_samples=5, out=out, progress=False)
+    assert res.metrics["mean@5"] == 0.8
+    assert res.metrics["maj@5"] == 1.0  # a vote on raw strings would elect "3" on task 0: 0.5
+    assert lb.submit(out, "maj", boards_dir=tmp_path / "b")["metrics"]["maj@5"] == 1.0
+    doc = json.loads(out.read_text())
+    doc["metrics"]["maj@5"] = 0.5
+    with pytest.raises(lb.SubmissionRejected, match=r"maj@5: claimed 0.5, re-verified 1.0"):
+        lb.submit(doc, "maj", boards_dir=tmp_path / "b")
+
+
 def test_rlvr_eval_bad_arguments(tmp_path, capsys):
     with pytest.raises(SystemExit, match="module:attr"):
         rlvr_main(["eval", "--env", ARITH, "--agent", "nocolon", "--out", str(tmp_path / "x.json")])

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlvr_envs.harness.metrics import compute_metrics, default_ks, majority_answer, metrics_match, pass_at_k
+from rlvr_envs.harness.metrics import (
+    answer_classes,
+    answer_equivalence,
+    compute_metrics,
+    default_ks,
+    majority_answer,
+    metrics_match,
+    pass_at_k,
+)
 
 
 def brute_force_pass_at_k(outcomes: list[bool], k: int) -> float:
@@ -102,3 +110,37 @@ def test_metrics_match_reports_differences():
     diffs = metrics_match({**a, "accuracy": 0.75}, a)
     assert diffs == ["accuracy: claimed 0.75, re-verified 0.5"]
     assert metrics_match({**a, "flag": True}, {**a, "flag": 1})
+
+
+# Gold 1/2: three samples say it in three ways, two say 3. A vote on raw strings picks "3" (2 votes vs 1 each).
+HALF = ["3", "1/2", "3", "0.5", "\\frac{1}{2}"]
+HALF_CORRECT = [False, True, False, True, True]
+
+
+def test_maj_votes_on_verified_equivalent_math_answers():
+    from rlvr_envs.verifiers.math import same_answer
+
+    assert same_answer("1/2", "0.5") and same_answer("0.5", "\\frac{1}{2}") and not same_answer("1/2", "3")
+    assert answer_classes(HALF, same_answer) == [0, 1, 0, 1, 1]
+    assert majority_answer(HALF, same_answer) == 1
+    recs = [record(0, i, c, p) for i, (p, c) in enumerate(zip(HALF, HALF_CORRECT))]
+    assert compute_metrics(recs, 5, same_answer=same_answer)["maj@5"] == 1.0
+    assert compute_metrics(recs, 5)["maj@5"] == 0.0  # no rule given: strings only
+    # A tie between classes goes to the class seen first, whichever spelling its members use.
+    assert majority_answer(["0.5", "3", " 3", "\\frac{1}{2}", None], same_answer) == 0
+    assert majority_answer(["3", "0.5", "3", "\\frac{1}{2}"], same_answer) == 0
+
+
+def test_envs_supply_their_verifiers_answer_equivalence():
+    import gymnasium as gym
+
+    import rlvr_envs  # noqa: F401
+
+    env = gym.make("rlvr/MultiHopSynth-v0")  # QA: exact match after SQuAD normalization
+    same = answer_equivalence(env)
+    assert same("The Beatles", "beatles!") and not same("Beatles", "Rolling Stones")
+    assert majority_answer(["Rolling Stones", "the Beatles", "Beatles."], same) == 1
+    env.close()
+    env = gym.make("rlvr/Arithmetic-v0")  # parsed answers are canonical integers: strings suffice
+    assert answer_equivalence(env)("7", " 7") and not answer_equivalence(env)("7", "8")
+    env.close()

@@ -21,9 +21,10 @@ EVIL = "<script>alert('x')</script>"
 @pytest.fixture(scope="module")
 def site(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("lb")
-    for i, (board, samples) in enumerate([("toy", 1), ("toy", 2), ("toy", 3), ("toy-big", 2)]):
+    # A board is pinned to one task set and sample count: the "toy" runs differ by seed only.
+    for i, (board, samples, limit) in enumerate([("toy", 2, 8), ("toy", 2, 8), ("toy", 2, 8), ("toy-big", 3, 12)]):
         out = root / f"r{i}.json"
-        evaluate(SeededAgent(report_tokens=i % 2 == 0), TOY_ID, n_samples=samples, seed=i, limit=6 + 2 * i,
+        evaluate(SeededAgent(report_tokens=i % 2 == 0), TOY_ID, n_samples=samples, seed=i, limit=limit,
                  out=out, progress=False, batch_size=4)
         lb.submit(out, board, boards_dir=root / "boards", label=EVIL if i == 1 else f"run {i}")
     assert rlvr_main(["leaderboard", "--boards-dir", str(root / "boards"), "render", "--out", str(root / "site")]) == 0
@@ -41,6 +42,7 @@ def test_page_has_tables_plots_and_provenance(site):
         img = mpimg.imread(png)
         assert img.shape[0] > 200 and img[..., :3].std() > 0.05  # a drawn plot, not a blank canvas
     assert "<details>" in page and "fingerprint" in page and "seeded-fake" in page
+    assert "pinned to 8 tasks x 2 samples" in page and "pinned to 12 tasks x 3 samples" in page
     assert "addEventListener('click'" in page  # the sorting script
     # User-supplied text is escaped, never injected as markup.
     assert EVIL not in page and "&lt;script&gt;alert(" in page
@@ -52,7 +54,9 @@ def test_rows_are_ranked_by_accuracy(site, tmp_path):
     assert accs == sorted(accs, reverse=True) and len(accs) == 3
     text = lb.format_board(board)
     lines = text.splitlines()
-    assert lines[0] == f"board toy: {TOY_ID} (3 entries)" and "pass@n" in lines[1] and "maj@n" in lines[1]
+    assert lines[0] == f"board toy: {TOY_ID} (3 entries; pinned to 8 tasks x 2 samples, task ids sha256 " \
+                       f"{board['pin']['task_ids_sha256'][:12]})"
+    assert "pass@n" in lines[1] and "maj@n" in lines[1]
     assert [line.split()[0] for line in lines[3:]] == ["1", "2", "3"]
 
 

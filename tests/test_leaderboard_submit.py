@@ -1,5 +1,6 @@
 """Board submission: schema, re-verification with the env's verifier, metric recomputation, names, atomic appends."""
 
+import hashlib
 import json
 import os
 import subprocess
@@ -13,6 +14,7 @@ from harness_toy import TOY_ID, SeededAgent, make_toy_env
 from rlvr_envs.cli import main as rlvr_main
 from rlvr_envs.harness import evaluate
 from rlvr_envs.harness import leaderboard as lb
+from rlvr_envs.harness.metrics import metrics_match
 
 TESTS = Path(__file__).resolve().parent
 REPO = TESTS.parent
@@ -165,6 +167,7 @@ def test_submit_script_runs_the_same_code(tmp_path):
 CONCURRENT = """
 import sys, time
 from rlvr_envs.harness import leaderboard as lb
+from rlvr_envs.harness.metrics import metrics_match
 write = lb.atomic_write_json
 def slow_write(path, doc):
     time.sleep(0.2)
@@ -180,6 +183,7 @@ def crash(fd):
     os.kill(os.getpid(), signal.SIGKILL)  # die after the temp file is written, before it replaces the board
 results.os.fsync = crash
 from rlvr_envs.harness import leaderboard as lb
+from rlvr_envs.harness.metrics import metrics_match
 lb.submit(sys.argv[1], "toy", boards_dir=sys.argv[2])
 """
 
@@ -254,3 +258,115 @@ def test_multi_turn_records_are_replayed_through_the_env(tmp_path):
     capped["response"] = capped["turns"][-1]
     with pytest.raises(lb.SubmissionRejected, match="had not ended after the 2 recorded turns"):
         lb.submit(doc, "hint5", boards_dir=tmp_path)
+
+
+def pin_sha(ids: list[str]) -> str:
+    """The documented task-set fingerprint: SHA-256 of the sorted ids as a compact JSON list."""
+    return hashlib.sha256(json.dumps(sorted(ids), separators=(",", ":")).encode()).hexdigest()
+
+
+TOY_IDS = [f"toy-{i}" for i in range(12)]
+
+
+def test_board_pins_task_set_and_sample_count(results, tmp_path):
+    path, _ = results  # 8 tasks x 2 samples
+    lb.submit(path, "toy", boards_dir=tmp_path)
+    board = lb.load_board(tmp_path / "toy.json")
+    assert board["schema_version"] == 2
+    assert board["pin"] == {"n_tasks": 8, "task_ids_sha256": pin_sha(TOY_IDS[:8]), "n_samples": 2}
+    # A run on fewer tasks (which would rank first if its tasks were easier) is refused, naming both sets.
+    fewer = make_results(tmp_path / "fewer.json", limit=3)
+    with pytest.raises(lb.SubmissionRejected) as exc:
+        lb.submit(fewer, "toy", boards_dir=tmp_path)
+    msg = str(exc.value)
+    assert f"pinned to 8 tasks (task ids sha256 {pin_sha(TOY_IDS[:8])}) x 2 samples per task" in msg
+    assert f"these results have 3 tasks (task ids sha256 {pin_sha(TOY_IDS[:3])}) x 2 samples per task" in msg
+    assert "Different task set:" in msg
+    more = make_results(tmp_path / "more.json", limit=8, n_samples=3)
+    with pytest.raises(lb.SubmissionRejected, match=r"x 2 samples per task; .* x 3 samples per task\. "
+                                                     r"Different samples per task:"):
+        lb.submit(more, "toy", boards_dir=tmp_path)
+    # The same task set listed in another order is the same set.
+    reordered = make_results(tmp_path / "r6.json", seed=6)
+    reordered["records"].reverse()
+    entry = lb.submit(reordered, "toy", boards_dir=tmp_path)
+    assert entry["task_ids_sha256"] == board["pin"]["task_ids_sha256"]
+    assert len(board_entries(tmp_path, "toy")) == 2
+    assert lb.task_ids_sha256(reversed(TOY_IDS[:8])) == lb.task_ids_sha256(TOY_IDS[:8] + ["toy-0"])
+
+
+def test_explicitly_created_board_is_pinned_before_any_submission(tmp_path, capsys):
+    boards = str(tmp_path / "b")
+    assert rlvr_main(["leaderboard", "create", "toy", "--env", TOY_ID, "--limit", "8", "--samples", "2",
+                      "--boards-dir", boards]) == 0
+    assert "pinned to 8 tasks x 2 samples" in capsys.readouterr().out
+    board = lb.load_board(tmp_path / "b" / "toy.json")
+    assert board["entries"] == [] and board["env_kwargs"] == {}
+    assert board["pin"] == {"n_tasks": 8, "task_ids_sha256": pin_sha(TOY_IDS[:8]), "n_samples": 2}
+    # The first submission must match the pin too.
+    with pytest.raises(lb.SubmissionRejected, match="pinned to 8 tasks .* these results have 4 tasks"):
+        lb.submit(make_results(tmp_path / "r4.json", limit=4), "toy", boards_dir=boards)
+    lb.submit(make_results(tmp_path / "r8.json", limit=8), "toy", boards_dir=boards)
+    assert rlvr_main(["leaderboard", "create", "toy", "--env", TOY_ID, "--limit", "8", "--samples", "2",
+                      "--boards-dir", boards]) == 1
+    assert "already exists" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="has 12 tasks; cannot pin a board to 13"):
+        lb.create_board("big", TOY_ID, n_tasks=13, n_samples=1, boards_dir=boards)
+
+
+def test_unpinned_board_is_shown_refuses_submissions_and_migrates_from_its_results(results, tmp_path, capsys):
+    path, _ = results
+    lb.submit(path, "toy", boards_dir=tmp_path)
+    legacy = json.loads((tmp_path / "toy.json").read_text())  # what a board looked like before pins
+    del legacy["pin"], legacy["entries"][0]["task_ids_sha256"]
+    legacy["schema_version"] = 1
+    write(tmp_path / "toy.json", legacy)
+    assert "no task-set pin" in lb.format_board(lb.load_board(tmp_path / "toy.json"))
+    other = make_results(tmp_path / "r6.json", seed=6)
+    with pytest.raises(lb.SubmissionRejected, match="predates task-set pins .* rlvr leaderboard migrate toy"):
+        lb.submit(other, "toy", boards_dir=tmp_path)
+    with pytest.raises(lb.SubmissionRejected, match="none of the given results files"):
+        lb.migrate_board("toy", [tmp_path / "r6.json"], boards_dir=tmp_path)
+    assert rlvr_main(["leaderboard", "--boards-dir", str(tmp_path), "migrate", "toy", str(path)]) == 0
+    assert "pinned to 8 tasks x 2 samples" in capsys.readouterr().out
+    board = lb.load_board(tmp_path / "toy.json")
+    assert board["pin"] == {"n_tasks": 8, "task_ids_sha256": pin_sha(TOY_IDS[:8]), "n_samples": 2}
+    assert board["entries"][0]["task_ids_sha256"] == pin_sha(TOY_IDS[:8])
+    lb.submit(other, "toy", boards_dir=tmp_path)
+    with pytest.raises(lb.SubmissionRejected, match="Different task set"):
+        lb.submit(make_results(tmp_path / "r3.json", limit=3), "toy", boards_dir=tmp_path)
+
+
+def test_committed_boards_are_pinned_to_the_results_they_were_verified_from():
+    boards = sorted((REPO / "leaderboards" / "boards").glob("*.json"))
+    assert boards
+    for path in boards:
+        board = lb.load_board(path)
+        assert board["schema_version"] == lb.BOARD_SCHEMA_VERSION, path.name
+        for e in board["entries"]:
+            doc = json.loads((REPO / "leaderboards" / "results" / e["results_file"]).read_text())
+            digest = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+            assert digest == e["results_sha256"], path.name  # the very file the entry was verified from
+            ids = [r["task_id"] for r in doc["records"]]
+            assert board["pin"] == {"n_tasks": len(set(ids)), "task_ids_sha256": pin_sha(ids),
+                                    "n_samples": doc["config"]["n_samples"]}, path.name
+            assert e["task_ids_sha256"] == board["pin"]["task_ids_sha256"], path.name
+
+
+COMMITTED_RESULTS = sorted((REPO / "leaderboards" / "results").glob("*.json"))
+
+
+@pytest.mark.parametrize("path", COMMITTED_RESULTS, ids=lambda p: p.name)
+def test_committed_results_still_reverify(path, tmp_path):
+    """Every committed results file passes today's verifiers and yields the metrics its board shows."""
+    from rlvr_envs.data import DataNotFoundError
+
+    cfg = json.loads(path.read_text())["config"]
+    try:
+        gym.make(cfg["env_id"], **cfg["env_kwargs"]).close()
+    except DataNotFoundError as exc:
+        pytest.skip(f"{path.name} needs data RLVR_DATA_DIR lacks: {str(exc)[:200]}")
+    entry = lb.submit(path, path.stem, boards_dir=tmp_path)
+    (shown,) = [e for b in (REPO / "leaderboards" / "boards").glob("*.json")
+                for e in lb.load_board(b)["entries"] if e["results_file"] == path.name]
+    assert metrics_match(shown["metrics"], entry["metrics"]) == []

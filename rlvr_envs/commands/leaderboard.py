@@ -1,8 +1,9 @@
-"""``rlvr leaderboard submit|show|render``: verified boards, one per benchmark."""
+"""``rlvr leaderboard submit|create|migrate|show|render``: verified boards, one per benchmark."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 
 
@@ -24,6 +25,19 @@ def configure(p: argparse.ArgumentParser) -> None:
     s.add_argument("--board", required=True, help="board name (one per benchmark), e.g. arithmetic")
     s.add_argument("--label", default=None, help="a short label for this entry")
     s.set_defaults(func=run)
+    c = actions.add_parser("create", help="create an empty board pinned to the first --limit tasks of an env and "
+                           "--samples samples per task (otherwise the first submission sets the pin)", parents=[common])
+    c.add_argument("name", help="board name")
+    c.add_argument("--env", required=True, help="env ID, e.g. rlvr/MATH500-v0")
+    c.add_argument("--env-kwargs", default="{}", help="env kwargs as a JSON object (as given to `rlvr eval`)")
+    c.add_argument("--limit", type=int, required=True, help="number of tasks (the first N, as `rlvr eval --limit N`)")
+    c.add_argument("--samples", type=int, required=True, help="samples per task")
+    c.set_defaults(func=run)
+    m = actions.add_parser("migrate", help="pin a board made before task-set pins, from its entries' results files",
+                           parents=[common])
+    m.add_argument("name", help="board name")
+    m.add_argument("results", nargs="+", help="the results files the board's entries were verified from")
+    m.set_defaults(func=run)
     sh = actions.add_parser("show", help="print a board", parents=[common])
     sh.add_argument("name", nargs="?", default=None, help="board name (default: every board)")
     sh.set_defaults(func=run)
@@ -42,6 +56,19 @@ def run(args: argparse.Namespace) -> int:
             m = entry["metrics"]
             print(f"accepted on board {args.board!r} ({path}): {entry['model']} accuracy={m['accuracy']:.4f} "
                   f"over {entry['n_tasks']} tasks x {entry['n_samples']} samples (entry {entry['id']})")
+            return 0
+        if args.action == "create":
+            env_kwargs = json.loads(args.env_kwargs)
+            if not isinstance(env_kwargs, dict):
+                raise ValueError(f"--env-kwargs must be a JSON object, got {args.env_kwargs!r}")
+            board = lb.create_board(args.name, args.env, n_tasks=args.limit, n_samples=args.samples,
+                                    env_kwargs=env_kwargs, boards_dir=args.boards_dir)
+            print(f"created board {args.name!r} ({lb.board_path(args.name, args.boards_dir)}): {args.env}, "
+                  f"{lb.pin_summary(board)}")
+            return 0
+        if args.action == "migrate":
+            board = lb.migrate_board(args.name, args.results, boards_dir=args.boards_dir)
+            print(f"migrated board {args.name!r}: {lb.pin_summary(board)}")
             return 0
         if args.action == "show":
             paths = [lb.board_path(args.name, args.boards_dir)] if args.name else lb.list_boards(args.boards_dir)

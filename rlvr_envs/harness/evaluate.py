@@ -31,7 +31,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from rlvr_envs.core import Task, TextEnv
-from rlvr_envs.harness.metrics import compute_metrics
+from rlvr_envs.harness.metrics import AnswerEquivalence, answer_equivalence, compute_metrics
 from rlvr_envs.harness.results import (
     SCHEMA,
     SCHEMA_VERSION,
@@ -294,7 +294,7 @@ def _run(agent: Any, env: Any, make_env: Any, source: Any, config: dict[str, Any
             sink.close()
         pool.close()
 
-    results = _document(config, provenance, state, complete=True)
+    results = _document(config, provenance, state, complete=True, same_answer=answer_equivalence(env))
     if out_path is not None:
         results.save(out_path)
         side.unlink(missing_ok=True)
@@ -400,7 +400,8 @@ def _run_batch(agent: Any, pool: _EnvPool, source: Any, config: Mapping[str, Any
             "verify_s": verify_s, "records": records}
 
 
-def _document(config: dict[str, Any], provenance: dict[str, Any], state: _State, *, complete: bool) -> Results:
+def _document(config: dict[str, Any], provenance: dict[str, Any], state: _State, *, complete: bool,
+              same_answer: AnswerEquivalence | None = None) -> Results:
     records = [state.records[k] for k in sorted(state.records)]
     timing = {
         "wall_time_s": sum(t["wall_s"] for t in state.batches.values()),
@@ -411,6 +412,7 @@ def _document(config: dict[str, Any], provenance: dict[str, Any], state: _State,
     doc: dict[str, Any] = {"schema": SCHEMA, "schema_version": SCHEMA_VERSION, "complete": complete,
                            "config": config, "provenance": provenance, "timing": timing}
     if complete:
-        doc["metrics"] = compute_metrics(records, config["n_samples"], n_params=provenance["agent"].get("n_params"))
+        doc["metrics"] = compute_metrics(records, config["n_samples"], n_params=provenance["agent"].get("n_params"),
+                                         same_answer=same_answer)
     doc["records"] = records
     return Results(doc)

@@ -1,7 +1,10 @@
 """Leaderboards that cannot be gamed by editing a results file.
 
-A board is one JSON file per benchmark (``<boards_dir>/<NAME>.json``) bound to one env ID (version included) and
-its env kwargs.
+A board is one JSON file per benchmark (``<boards_dir>/<NAME>.json``) bound to one env ID (version included), its env
+kwargs and a pin: the task set (how many tasks, and ``task_ids_sha256``, the SHA-256 of the sorted task ids as a JSON
+list) and the number of samples per task. The pin is set when the board is created, by ``create_board`` or by its
+first submission, and a submission on another task set or sample count is rejected: a run on fewer, easier tasks
+cannot outrank the others.
 ``submit`` validates the results schema, re-scores every per-sample record with the env's own verifier
 (``env.unwrapped.score``), recomputes every metric and rejects any disagreement with the claimed numbers, then appends
 under a file lock with an atomic replace: concurrent submits lose nothing and a crash mid-write leaves the old board.
@@ -14,15 +17,15 @@ import hashlib
 import json
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from rlvr_envs.harness.metrics import compute_metrics, metrics_match
+from rlvr_envs.harness.metrics import answer_equivalence, compute_metrics, metrics_match
 from rlvr_envs.harness.results import SchemaError, atomic_write_json, env_version, now_iso, validate
 
 BOARD_SCHEMA = "rlvr-board"
-BOARD_SCHEMA_VERSION = 1
+BOARD_SCHEMA_VERSION = 2  # 2: boards carry the task-set pin; 1 (no pin) is read for show/render, see migrate_board
 BOARDS_ENV_VAR = "RLVR_BOARDS_DIR"
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 LOCK_TIMEOUT_S = 120.0
@@ -118,13 +121,15 @@ def verify_results(doc: Any, *, max_reports: int = 5) -> dict[str, Any]:
             elif format_ok != rec["format_ok"]:
                 problems.append(f"{where}: claimed format_ok={rec['format_ok']}, verifier says {format_ok}")
             rescored.append({**rec, "correct": correct, "parsed_answer": parsed, "format_ok": format_ok})
+        if problems:
+            more = f" (and {len(problems) - max_reports} more)" if len(problems) > max_reports else ""
+            raise SubmissionRejected(f"{len(problems)} record(s) disagree with the {env_id} verifier: "
+                                     + "; ".join(problems[:max_reports]) + more)
+        # maj@n votes with the env's answer equivalence, exactly as evaluate() computed it.
+        recomputed = compute_metrics(rescored, cfg["n_samples"], n_params=(prov.get("agent") or {}).get("n_params"),
+                                     same_answer=answer_equivalence(env))
     finally:
         env.close()
-    if problems:
-        more = f" (and {len(problems) - max_reports} more)" if len(problems) > max_reports else ""
-        raise SubmissionRejected(f"{len(problems)} record(s) disagree with the {env_id} verifier: "
-                                 + "; ".join(problems[:max_reports]) + more)
-    recomputed = compute_metrics(rescored, cfg["n_samples"], n_params=(prov.get("agent") or {}).get("n_params"))
     diffs = metrics_match(doc["metrics"], recomputed)
     if diffs:
         raise SubmissionRejected("claimed metrics do not match the re-verified records: " + "; ".join(diffs[:max_reports]))
@@ -150,8 +155,47 @@ def replay(env: Any, rec: Mapping[str, Any], index: int) -> tuple[bool, Any, boo
     return False, None, False, None  # the harness's turn cap: scored as failed
 
 
+# -- the task-set pin -------------------------------------------------------------------------------------------------
+PIN_FIELDS: dict[str, type] = {"n_tasks": int, "task_ids_sha256": str, "n_samples": int}
+
+
+def task_ids_sha256(task_ids: Iterable[str]) -> str:
+    """SHA-256 of the distinct task ids, sorted, written as a compact JSON list (order and repeats do not matter)."""
+    ids = sorted({str(t) for t in task_ids})
+    return hashlib.sha256(json.dumps(ids, ensure_ascii=False, separators=(",", ":")).encode()).hexdigest()
+
+
+def make_pin(task_ids: Iterable[str], n_samples: int) -> dict[str, Any]:
+    ids = {str(t) for t in task_ids}
+    return {"n_tasks": len(ids), "task_ids_sha256": task_ids_sha256(ids), "n_samples": int(n_samples)}
+
+
+def results_pin(doc: Mapping[str, Any]) -> dict[str, Any]:
+    """The pin a results document would set: its records' task ids and its samples per task."""
+    return make_pin((r["task_id"] for r in doc["records"]), doc["config"]["n_samples"])
+
+
+def describe_pin(pin: Mapping[str, Any]) -> str:
+    return (f"{pin['n_tasks']} tasks (task ids sha256 {pin['task_ids_sha256']}) x {pin['n_samples']} "
+            f"sample{'s' if pin['n_samples'] != 1 else ''} per task")
+
+
+def check_pin(board: Mapping[str, Any], pin: Mapping[str, Any]) -> None:
+    """Reject results whose task set or sample count differs from the board's pin."""
+    expected = board["pin"]
+    if all(expected[k] == pin[k] for k in PIN_FIELDS):
+        return
+    what = [name for name, keys in (("task set", ("n_tasks", "task_ids_sha256")), ("samples per task", ("n_samples",)))
+            if any(expected[k] != pin[k] for k in keys)]
+    raise SubmissionRejected(
+        f"board {board['board']!r} is pinned to {describe_pin(expected)}; these results have {describe_pin(pin)}. "
+        f"Different {' and '.join(what)}: entries of one board must be evaluated on the same tasks with the same "
+        "number of samples (rerun on the board's task set, or submit to another board)")
+
+
 # -- boards -----------------------------------------------------------------------------------------------------------
 def load_board(path: Path) -> dict[str, Any]:
+    """A board file; a schema_version 1 board (made before pins) loads too, for show and render only."""
     try:
         with open(path, encoding="utf-8") as f:
             board = json.load(f)
@@ -159,9 +203,25 @@ def load_board(path: Path) -> dict[str, Any]:
         raise ValueError(f"{path}: board file is not valid JSON ({exc.msg}); refusing to touch it") from None
     if not isinstance(board, dict) or board.get("schema") != BOARD_SCHEMA or not isinstance(board.get("entries"), list):
         raise ValueError(f"{path}: not a {BOARD_SCHEMA} file")
-    if board.get("schema_version") != BOARD_SCHEMA_VERSION:
+    if board.get("schema_version") not in (1, BOARD_SCHEMA_VERSION):
         raise ValueError(f"{path}: board schema_version {board.get('schema_version')!r} is not supported")
+    if board["schema_version"] == BOARD_SCHEMA_VERSION:
+        pin = board.get("pin")
+        if not isinstance(pin, dict) or not all(type(pin.get(k)) is t for k, t in PIN_FIELDS.items()):
+            raise ValueError(f"{path}: the board's 'pin' must hold {', '.join(PIN_FIELDS)}; got {pin!r}")
     return board
+
+
+def _new_board(name: str, env_id: str, env_kwargs: Mapping[str, Any], pin: Mapping[str, Any]) -> dict[str, Any]:
+    return {"schema": BOARD_SCHEMA, "schema_version": BOARD_SCHEMA_VERSION, "board": name, "env_id": env_id,
+            "env_kwargs": dict(env_kwargs), "pin": dict(pin), "entries": [], "created_at": now_iso()}
+
+
+def _require_pin(board: Mapping[str, Any], name: str) -> None:
+    if board["schema_version"] != BOARD_SCHEMA_VERSION:
+        raise SubmissionRejected(
+            f"board {name!r} predates task-set pins (schema_version {board['schema_version']}); pin it from the "
+            f"results files of its entries first: rlvr leaderboard migrate {name} RESULTS.json ...")
 
 
 def _entry(doc: Mapping[str, Any], metrics: Mapping[str, Any], digest: str, label: str | None,
@@ -178,6 +238,7 @@ def _entry(doc: Mapping[str, Any], metrics: Mapping[str, Any], digest: str, labe
         "env_id": cfg["env_id"],
         "n_tasks": cfg["n_tasks"],
         "n_samples": cfg["n_samples"],
+        "task_ids_sha256": results_pin(doc)["task_ids_sha256"],
         "seed": cfg["seed"],
         "metrics": dict(metrics),  # the re-verified ones
         "wall_time_s": (doc.get("timing") or {}).get("wall_time_s"),
@@ -185,6 +246,10 @@ def _entry(doc: Mapping[str, Any], metrics: Mapping[str, Any], digest: str, labe
         "results_file": results_name,
         "provenance": {k: prov.get(k) for k in ("package", "env", "data", "agent", "machine", "created_at")},
     }
+
+
+def _digest(doc: Any) -> str:
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
 def submit(results: str | os.PathLike | Mapping[str, Any], board: str, *,
@@ -204,27 +269,111 @@ def submit(results: str | os.PathLike | Mapping[str, Any], board: str, *,
         except json.JSONDecodeError as exc:
             raise SubmissionRejected(f"{results}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     metrics = verify_results(doc)
-    digest = hashlib.sha256(json.dumps(doc, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+    digest = _digest(doc)
     entry = _entry(doc, metrics, digest, label, results_name)
+
+    pin = results_pin(doc)  # the task ids were checked against the env's source by verify_results
 
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
         if path.exists():
             data = load_board(path)
-        else:
-            data = {"schema": BOARD_SCHEMA, "schema_version": BOARD_SCHEMA_VERSION, "board": board,
-                    "env_id": entry["env_id"], "env_kwargs": doc["config"]["env_kwargs"], "entries": []}
+            _require_pin(data, board)
+        else:  # the first submission creates the board and pins it to its own task set and sample count
+            data = _new_board(board, entry["env_id"], doc["config"]["env_kwargs"], pin)
         if data["env_id"] != entry["env_id"]:
             raise SubmissionRejected(f"board {board!r} ranks {data['env_id']}; these results are for {entry['env_id']}")
         if data.get("env_kwargs", {}) != doc["config"]["env_kwargs"]:
             raise SubmissionRejected(f"board {board!r} ranks {data['env_id']} with env kwargs {data.get('env_kwargs')}; "
                                      f"these results used {doc['config']['env_kwargs']} (a different benchmark)")
+        check_pin(data, pin)
         if any(e.get("results_sha256") == digest for e in data["entries"]):
             raise SubmissionRejected(f"these results are already on board {board!r} (entry {digest[:16]})")
         data["entries"].append(entry)
         data["updated_at"] = now_iso()
         atomic_write_json(path, data)
     return entry
+
+
+def create_board(board: str, env_id: str, *, n_tasks: int, n_samples: int,
+                 env_kwargs: Mapping[str, Any] | None = None,
+                 boards_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Create an empty board pinned to the first ``n_tasks`` tasks of ``env_id`` (the tasks ``rlvr eval --limit
+    n_tasks`` runs) and ``n_samples`` samples per task; refuse if the board exists. Returns the board."""
+    import gymnasium as gym
+    from filelock import FileLock
+
+    import rlvr_envs  # noqa: F401  (registers the IDs)
+
+    path = board_path(board, boards_dir)
+    if n_tasks < 1 or n_samples < 1:
+        raise ValueError(f"n_tasks and n_samples must be >= 1 (got {n_tasks}, {n_samples})")
+    env_kwargs = dict(env_kwargs or {})
+    env = gym.make(env_id, **env_kwargs)
+    try:
+        source = env.unwrapped.source
+        if n_tasks > len(source):
+            raise ValueError(f"{env_id} has {len(source)} tasks; cannot pin a board to {n_tasks}")
+        pin = make_pin((source.task(i).id for i in range(n_tasks)), n_samples)
+    finally:
+        env.close()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+        if path.exists():
+            raise ValueError(f"board {board!r} already exists ({path})")
+        data = _new_board(board, env_id, env_kwargs, pin)
+        atomic_write_json(path, data)
+    return data
+
+
+def migrate_board(board: str, results: Sequence[str | os.PathLike], *,
+                  boards_dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """Pin a schema_version 1 board from the results files its entries were verified from.
+
+    Every entry must be matched by one of ``results`` (by ``results_sha256``); each file is re-verified, and all of
+    them must have one task set and sample count, which becomes the pin. Returns the migrated board."""
+    from filelock import FileLock
+
+    path = board_path(board, boards_dir)
+    if not path.exists():
+        raise ValueError(f"no board {board!r} in {path.parent}")
+    docs: dict[str, dict[str, Any]] = {}
+    for r in results:
+        try:
+            with open(r, encoding="utf-8") as f:
+                doc = json.load(f)
+        except json.JSONDecodeError as exc:
+            raise SubmissionRejected(f"{r}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
+        docs[_digest(doc)] = {"doc": doc, "name": str(r)}
+    with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+        data = load_board(path)
+        if data["schema_version"] == BOARD_SCHEMA_VERSION:
+            raise ValueError(f"board {board!r} is already pinned to {describe_pin(data['pin'])}")
+        if not data["entries"]:
+            raise SubmissionRejected(f"board {board!r} has no entries to derive a pin from; delete it and create it "
+                                     "again with `rlvr leaderboard create`")
+        missing = [e["id"] for e in data["entries"] if e.get("results_sha256") not in docs]
+        if missing:
+            raise SubmissionRejected(f"board {board!r}: none of the given results files is the one entry/entries "
+                                     f"{', '.join(missing)} were verified from (matched by results_sha256)")
+        pins = {}
+        for e in data["entries"]:
+            got = docs[e["results_sha256"]]
+            verify_results(got["doc"])
+            if got["doc"]["config"]["env_id"] != data["env_id"] or \
+                    got["doc"]["config"]["env_kwargs"] != data.get("env_kwargs", {}):
+                raise SubmissionRejected(f"{got['name']}: not a run of {data['env_id']} with {data.get('env_kwargs')}")
+            pins[got["name"]] = results_pin(got["doc"])
+            e["task_ids_sha256"] = pins[got["name"]]["task_ids_sha256"]
+        if len({json.dumps(p, sort_keys=True) for p in pins.values()}) > 1:
+            raise SubmissionRejected(f"board {board!r} mixes task sets, so it cannot be pinned: "
+                                     + "; ".join(f"{n}: {describe_pin(p)}" for n, p in pins.items()))
+        pin = next(iter(pins.values()))
+        migrated = {k: v for k, v in data.items() if k != "entries"}
+        migrated.update(schema_version=BOARD_SCHEMA_VERSION, pin=pin, migrated_at=now_iso())
+        migrated["entries"] = data["entries"]
+        atomic_write_json(path, migrated)
+    return migrated
 
 
 def list_boards(boards_dir: str | os.PathLike | None = None) -> list[Path]:
@@ -234,6 +383,15 @@ def list_boards(boards_dir: str | os.PathLike | None = None) -> list[Path]:
 
 def ranked(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted(entries, key=lambda e: (-float(e["metrics"].get("accuracy", 0.0)), e.get("submitted_at", "")))
+
+
+def pin_summary(board: Mapping[str, Any]) -> str:
+    """``pinned to N tasks x K samples, task ids sha256 <first 12 hex>``, or that the board has no pin."""
+    pin = board.get("pin")
+    if not pin:
+        return "no task-set pin (schema_version 1)"
+    return (f"pinned to {pin['n_tasks']} tasks x {pin['n_samples']} sample{'s' if pin['n_samples'] != 1 else ''}, "
+            f"task ids sha256 {pin['task_ids_sha256'][:12]}")
 
 
 def format_board(board: Mapping[str, Any]) -> str:
@@ -250,6 +408,6 @@ def format_board(board: Mapping[str, Any]) -> str:
                      f"{m.get('accuracy', 0):.4f}", f"{m.get(f'pass@{n}', 0):.4f}", f"{m.get(f'maj@{n}', 0):.4f}",
                      f"{m.get('length_mean', 0):.1f} {'tok' if m.get('length_unit') == 'tokens' else 'words'}",
                      f"{m.get('format_error_rate', 0):.3f}", e.get("submitted_at", "")))
-    title = f"board {board['board']}: {board['env_id']} ({len(entries)} entries)"
+    title = f"board {board['board']}: {board['env_id']} ({len(entries)} entries; {pin_summary(board)})"
     return title + "\n" + format_table(rows, header) if rows else title
 

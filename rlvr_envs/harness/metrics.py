@@ -1,18 +1,22 @@
 """Metrics over per-sample records: pass@k (unbiased), mean@k, maj@k, grouped accuracy, lengths, token and FLOP counts.
 
-Everything here is a pure function of the records, so a leaderboard can recompute a submission's metrics from its
-re-verified records and compare them with the claimed ones. Timing is measurement, not a metric: it lives elsewhere.
+maj@k votes on verified-equivalent answers (``1/2``, ``0.5`` and ``\\frac{1}{2}`` are one answer on a math env): the
+env's ``same_answer`` groups parsed answers into classes. Everything here is a pure function of the records (and that
+rule), so a leaderboard can recompute a submission's metrics from its re-verified records and compare them with the
+claimed ones. Timing is measurement, not a metric: it lives elsewhere.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections import Counter, defaultdict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
+# Whether two parsed answers are one answer (the env's verifier decides; see answer_classes).
+AnswerEquivalence = Callable[[str, str], bool]
 # Task metadata keys that get an accuracy breakdown when tasks carry them.
 GROUP_KEYS = ("subject", "level", "difficulty", "category")
 
@@ -42,17 +46,48 @@ def default_ks(n: int) -> list[int]:
     return ks
 
 
-def majority_answer(parsed: Sequence[str | None]) -> int | None:
-    """Index of the first sample holding the most common parsed answer (ties: the answer seen first); None if none parsed."""
+def answer_classes(parsed: Sequence[str | None], same_answer: AnswerEquivalence | None = None) -> list[int | None]:
+    """The answer class of each sample (None: nothing parsed), classes numbered in the order first seen.
+
+    Answers equal once whitespace is stripped are one class without asking ``same_answer``; any other answer joins
+    the first earlier class whose first-seen answer ``same_answer(that, answer)`` accepts, else opens a new class.
+    Without ``same_answer`` only equal strings share a class. Deterministic for a deterministic ``same_answer``;
+    it is called once per (class, new distinct answer) pair, so rarely more than a few times per task."""
     keys = [p.strip() if isinstance(p, str) and p.strip() else None for p in parsed]
-    counts = Counter(k for k in keys if k is not None)
+    representatives: list[str] = []
+    class_of: dict[str, int] = {}
+    classes: list[int | None] = []
+    for key in keys:
+        if key is not None and key not in class_of:
+            found = None
+            if same_answer is not None:
+                found = next((c for c, rep in enumerate(representatives) if same_answer(rep, key)), None)
+            if found is None:
+                found = len(representatives)
+                representatives.append(key)
+            class_of[key] = found
+        classes.append(None if key is None else class_of[key])
+    return classes
+
+
+def majority_answer(parsed: Sequence[str | None], same_answer: AnswerEquivalence | None = None) -> int | None:
+    """Index of the first sample of the most common answer class (see ``answer_classes``; ties: the class seen first);
+    None if no sample parsed an answer."""
+    classes = answer_classes(parsed, same_answer)
+    counts = Counter(c for c in classes if c is not None)
     if not counts:
         return None
     best = max(counts.values())
-    for i, key in enumerate(keys):
-        if key is not None and counts[key] == best:
+    for i, c in enumerate(classes):
+        if c is not None and counts[c] == best:
             return i
     return None  # unreachable
+
+
+def answer_equivalence(env: Any) -> AnswerEquivalence | None:
+    """The env's rule for "same answer" (``env.unwrapped.same_answer``), or None (votes then compare strings)."""
+    rule = getattr(getattr(env, "unwrapped", env), "same_answer", None)
+    return rule if callable(rule) else None
 
 
 def whitespace_length(text: str) -> int:
@@ -68,8 +103,12 @@ def _group_by_task(records: Iterable[Mapping[str, Any]]) -> dict[int, list[Mappi
     return dict(sorted(groups.items()))
 
 
-def compute_metrics(records: Sequence[Mapping[str, Any]], n_samples: int, *, n_params: Any = None) -> dict[str, Any]:
-    """Every metric of a finished run. ``records`` must hold ``n_samples`` samples of each task."""
+def compute_metrics(records: Sequence[Mapping[str, Any]], n_samples: int, *, n_params: Any = None,
+                    same_answer: AnswerEquivalence | None = None) -> dict[str, Any]:
+    """Every metric of a finished run. ``records`` must hold ``n_samples`` samples of each task.
+
+    maj@n votes over answer classes (``answer_classes`` with ``same_answer``, the env's rule from
+    ``answer_equivalence``), and is correct when the first sample of the winning class is."""
     if not records:
         raise ValueError("no records to compute metrics from")
     by_task = _group_by_task(records)
@@ -85,7 +124,7 @@ def compute_metrics(records: Sequence[Mapping[str, Any]], n_samples: int, *, n_p
     metrics[f"mean@{n}"] = float(np.mean([c / n for c in counts]))
     maj = []
     for g in by_task.values():
-        i = majority_answer([r.get("parsed_answer") for r in g])
+        i = majority_answer([r.get("parsed_answer") for r in g], same_answer)
         maj.append(False if i is None else bool(g[i]["correct"]))
     metrics[f"maj@{n}"] = float(np.mean(maj))
     metrics["accuracy"] = metrics[f"mean@{n}"]

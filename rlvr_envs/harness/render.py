@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlvr_envs.harness.leaderboard import list_boards, load_board, ranked
+from rlvr_envs.harness.leaderboard import list_boards, load_board, pin_summary, ranked
 
 _SORT_JS = """
 document.querySelectorAll('table.board').forEach(function (table) {
@@ -132,6 +132,7 @@ def render_site(boards_dir: str | os.PathLike | None = None, out_dir: str | os.P
         name = html.escape(board["board"])
         sections.append(
             f'<section id="{html.escape(path.stem, quote=True)}"><h2>{name} &mdash; {html.escape(board["env_id"])}</h2>'
+            f'<p class="pin">{html.escape(pin_summary(board))}</p>'
             f'<a href="{html.escape(png.name, quote=True)}"><img class="plot" src="{html.escape(png.name, quote=True)}" '
             f'alt="accuracy vs response length for {name}"></a>{board_table(board)}</section>')
     if not sections:

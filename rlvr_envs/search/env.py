@@ -194,6 +194,11 @@ class SearchEnv(gym.Env[str, str]):
         golds = [task.answer, *task.metadata.get("aliases", ())]
         return qa.verify(golds, f"<answer>{parsed.text}</answer>", metric=self.reward_metric)
 
+    def same_answer(self, a: str, b: str) -> bool:
+        """Whether two parsed answers are one answer (maj@k votes with this): exact match after SQuAD normalization,
+        the verifier's notion of a correct answer."""
+        return qa.normalize_answer(a) == qa.normalize_answer(b)
+
     def gold_response(self, task: Task) -> str:
         return f"<answer>{task.answer}</answer>"
 

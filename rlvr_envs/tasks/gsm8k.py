@@ -15,6 +15,7 @@ from typing import Any
 from rlvr_envs.core import ListSource, Task, TextEnv
 from rlvr_envs.data import HFSource, data_root, load_rows
 from rlvr_envs.tasks.math import DEFAULT_TEMPLATE, make_scorer
+from rlvr_envs.verifiers.math import same_answer
 
 SPLITS = ("test", "train")
 
@@ -61,4 +62,4 @@ def make_env(*, split: str = "test", data_dir: str | None = None, verify_timeout
     name = "gsm8k" if split == "test" else f"gsm8k/{split}"
     return TextEnv(ListSource(load_tasks(split, data_dir=data_dir), name=name), make_scorer(verify_timeout),
                    prompt_template=prompt_template, verifier_name="math-verify", gold_formatter=gold_response,
-                   **env_kwargs)
+                   answer_equivalence=functools.partial(same_answer, timeout=verify_timeout), **env_kwargs)

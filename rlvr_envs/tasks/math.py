@@ -26,7 +26,7 @@ from typing import Any
 from rlvr_envs.core import ListSource, Task, TextEnv, Verdict
 from rlvr_envs.data import HFSource, data_root, load_rows
 from rlvr_envs.extract import last_boxed
-from rlvr_envs.verifiers.math import verify
+from rlvr_envs.verifiers.math import same_answer, verify
 
 DEFAULT_TEMPLATE = "{question}\n\nPlease reason step by step, and put your final answer within \\boxed{{}}."
 
@@ -184,7 +184,8 @@ def make_env(*, dataset: str = "math", split: str = "test", subject: str | Itera
     if subject is not None or level is not None:
         name += f"[subject={subject!r},level={level!r}]"
     return TextEnv(ListSource(tasks, name=name), make_scorer(verify_timeout), prompt_template=prompt_template,
-                   verifier_name="math-verify", **env_kwargs)
+                   verifier_name="math-verify", answer_equivalence=functools.partial(same_answer, timeout=verify_timeout),
+                   **env_kwargs)
 
 
 def make_scorer(timeout: float = 5.0) -> Callable[[Task, str], Verdict]:

@@ -1,6 +1,8 @@
 """Math answer verifier: Math-Verify equivalence behind a hard wall-clock limit.
 
-``verify(gold, response, timeout=5.0) -> Verdict``, ``verify_many(pairs, timeout=5.0) -> list[Verdict]``.
+``verify(gold, response, timeout=5.0) -> Verdict``, ``verify_many(pairs, timeout=5.0) -> list[Verdict]``;
+``verify_answer(gold, answer)`` grades an answer that is already extracted, and ``same_answer(a, b)`` says whether two
+extracted answers are equivalent (each correct with the other as the gold; used by majority votes, maj@k).
 
 How a response is graded
 1. Only the last ``MAX_RESPONSE_CHARS`` (1 MB) of the response are read; the final answer is extracted with
@@ -460,6 +462,16 @@ def verify(gold: str, response: str, *, timeout: float = 5.0, fast_path: bool = 
     answer, format_error = _extract(response[-MAX_RESPONSE_CHARS:])
     if answer is None:
         return Verdict.failed(format_error or "no final answer found")
+    return verify_answer(gold, answer, timeout=timeout, fast_path=fast_path)
+
+
+def verify_answer(gold: str, answer: str, *, timeout: float = 5.0, fast_path: bool = True) -> Verdict:
+    """Grade an already extracted final answer against ``gold``: ``verify`` without the extraction and the
+    answer-spam checks (steps 3-5 of the module docstring)."""
+    if not timeout > 0:
+        raise ValueError(f"timeout must be positive, got {timeout!r}")
+    if not isinstance(answer, str) or not isinstance(gold, str):
+        return Verdict.failed(f"gold and answer must be str, got {type(gold).__name__}, {type(answer).__name__}")
     if len(answer) > MAX_ANSWER_CHARS:
         return Verdict.failed(f"final answer longer than {MAX_ANSWER_CHARS} characters", parsed=answer[:200])
     gold = gold[:MAX_ANSWER_CHARS]
@@ -488,6 +500,17 @@ def verify(gold: str, response: str, *, timeout: float = 5.0, fast_path: bool = 
     if error is None:  # only settled answers: a timeout may pass on a less loaded machine
         _CACHE.put(key, correct)
     return Verdict(correct=correct, reward=float(correct), parsed=answer, error=error, format_ok=True)
+
+
+def same_answer(a: str, b: str, *, timeout: float = 5.0) -> bool:
+    """Whether two extracted final answers are one answer (majority votes group answers with this): equal after
+    the fast path's normalization, else each is graded correct with the other as the gold. Math-Verify is not
+    symmetric (the gold side is parsed more leniently), so both directions must hold; a timeout counts as different."""
+    if not isinstance(a, str) or not isinstance(b, str):
+        return False
+    if _normalize(a) == _normalize(b):
+        return True
+    return verify_answer(a, b, timeout=timeout).correct and verify_answer(b, a, timeout=timeout).correct
 
 
 def verify_many(
