@@ -118,7 +118,7 @@ def test_logprobs_match_the_hf_engine_on_tiny():
     from agents.policy.models import load_policy
 
     policy = load_policy("tiny", seed=0)
-    engine = engine_mod.make_engine(policy, backend="hf")
+    engine = engine_mod.make_engine(policy, backend="hf", precision="fp32")  # "auto" decodes in bf16 on AMX/AVX512-BF16
     rollouts = engine.generate([policy.prompt_text([{"role": "user", "content": "1+1?"}])], 4,
                                engine_mod.SamplingParams(temperature=1.0, max_new_tokens=12, seed=3))
     with torch.no_grad():
