@@ -196,3 +196,12 @@ def test_component_state_round_trip():
     other = build("prompt_selector", "random", {"seed": 99})
     other.load_state_dict(state)
     assert other.select(4, 100, 2) == again and first != again
+
+
+def test_batches_sampled_at_different_temperatures_do_not_mix():
+    a, b = batch_of([[1.0, 0.0]]), batch_of([[0.0, 1.0]])
+    a.temperature = b.temperature = 0.7
+    assert GroupBatch.concat([a, b]).temperature == 0.7
+    b.temperature = 1.0  # one batch's log-probs are all taken at one temperature
+    with pytest.raises(ValueError, match="different temperatures"):
+        GroupBatch.concat([a, b])

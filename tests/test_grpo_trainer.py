@@ -10,15 +10,67 @@ from agents.grpo import checkpoint
 from agents.grpo.config import from_dict
 from agents.grpo.metrics import TIMING_KEYS
 from agents.grpo.trainer import Trainer, select_trainable
+from agents.policy.engine import HFEngine
 
 
-def trainer(out, **overrides) -> Trainer:
+def trainer(out, *, engine=ToyEngine, env=None, eval_env=None, **overrides) -> Trainer:
+    """A toy-sized trainer; ``engine`` is a factory called with the policy."""
     settings = dict(model="toy", steps=4, prompts_per_step=4, max_new_tokens=2, lr=1e-2, train_layers=-1,
                     eval_size=4, eval_every=0, out_dir=str(out), progress=False, plot=False, micro_batch=8,
                     params={"rollout_allocator": {"n": 8}})
     settings.update(overrides)
     policy = make_policy()
-    return Trainer(from_dict(settings), policy=policy, engine=ToyEngine(policy), env=make_env(), eval_env=make_env())
+    return Trainer(from_dict(settings), policy=policy, engine=engine(policy), env=env or make_env(),
+                   eval_env=eval_env or make_env())
+
+
+def fp32_hf_engine(policy) -> HFEngine:
+    return HFEngine(policy, precision="fp32")  # "auto" would decode in bf16 on AVX512-BF16 / AMX CPUs
+
+
+class RecordingLoss:
+    """Wraps the trainer's loss: keeps each call's PPO ratio and its ratio to the behaviour log-probs."""
+
+    def __init__(self, inner):
+        self.inner, self.ratios, self.behaviour_ratios = inner, [], []
+
+    def __call__(self, batch, logprobs, rows):
+        rows_t = torch.as_tensor(rows)
+        width = logprobs.shape[1]
+        mask = batch.response_mask[rows_t, :width]
+        old = logprobs.detach() if batch.old_logprobs is None else batch.old_logprobs[rows_t, :width]
+        self.ratios.append(torch.exp(logprobs.detach() - old)[mask])
+        self.behaviour_ratios.append(torch.exp(logprobs.detach() - batch.behaviour_logprobs[rows_t, :width])[mask])
+        return self.inner(batch, logprobs, rows)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_training_logprobs_are_the_samplers_at_temperature(tmp_path):
+    """Rollouts sampled at T = 0.7: the trainer's log-probs (policy, old, reference) are of softmax(logits / T), the
+    distribution the engine sampled from, so an untouched policy has importance ratio 1."""
+    t = trainer(tmp_path, engine=fp32_hf_engine, temperature=0.7, max_new_tokens=6, precision="fp32", ppo_epochs=2,
+                micro_batch=5, kl_reference=True, eval_size=0)
+    t.step = 1
+    batch, _ = t.collect()
+    assert batch.temperature == 0.7
+    mask = batch.response_mask
+    assert int(mask.sum()) > 50
+    trainer_lp = t._no_grad_stats(t.model, batch)[0]
+    diff = float((trainer_lp - batch.behaviour_logprobs)[mask].abs().max())
+    print(f"T=0.7: max |trainer log-prob - engine log-prob| = {diff:.3g} over {int(mask.sum())} tokens")
+    assert diff < 2e-5
+    batch.advantages = torch.linspace(-1.0, 1.0, len(batch))  # non-zero, so the first optimizer step moves the policy
+    t.components["loss"] = loss = RecordingLoss(t.components["loss"])
+    t.update(batch)
+    torch.testing.assert_close(batch.old_logprobs[mask], batch.behaviour_logprobs[mask], atol=2e-5, rtol=0)
+    torch.testing.assert_close(batch.ref_logprobs[mask], batch.behaviour_logprobs[mask], atol=2e-5, rtol=0)
+    n_micro = -(-len(batch) // 5)
+    first_epoch = torch.cat(loss.ratios[:n_micro])  # before the first optimizer step
+    assert float((first_epoch - 1).abs().max()) <= 1e-6
+    assert float((torch.cat(loss.behaviour_ratios[:n_micro]) - 1).abs().max()) < 2e-5
+    assert float((torch.cat(loss.ratios[n_micro:]) - 1).abs().max()) > 1e-4  # the second epoch sees the update
 
 
 def strip(records):

@@ -154,7 +154,7 @@ class Trainer:
         for gid, n in requests.items():
             if n > 0:
                 by_n[int(n)].append(gid)
-        samples: list[Sample] = []
+        parts: list[GroupBatch] = []
         ctrl = self.components["generation_controller"]
         for call, n in enumerate(sorted(by_n)):
             gids = by_n[n]
@@ -165,6 +165,7 @@ class Trainer:
             rollouts = self.engine.generate([groups[g]["prompt"] for g in gids], n, sampling)
             if len(rollouts) != n * len(gids):
                 raise RuntimeError(f"engine returned {len(rollouts)} rollouts for {len(gids)} prompts x {n}")
+            samples: list[Sample] = []
             for k, ro in enumerate(rollouts):
                 gid = gids[k // n]
                 self.env.reset(options={"task_id": groups[gid]["task_id"]})
@@ -176,7 +177,10 @@ class Trainer:
                     finish_reason=ro.finish_reason,
                     info={"task_id": groups[gid]["task_id"], "parsed_answer": info.get("parsed_answer"),
                           "format_ok": info.get("format_ok"), "answer": info.get("answer")}))
-        return GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer)
+            # Engines report log-probs of softmax(logits / T) (T = 1 when greedy); training takes the same T.
+            parts.append(GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer,
+                                                 temperature=sampling.temperature or 1.0))
+        return GroupBatch.concat(parts)
 
     def collect(self) -> tuple[GroupBatch | None, dict[str, float]]:
         """Prompts -> rollouts in allocator rounds -> group transform, refilled while groups are missing."""
@@ -216,24 +220,29 @@ class Trainer:
     # -- update ----------------------------------------------------------------------------------------------------
     def _logprobs(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int]) -> tuple[torch.Tensor, ...]:
         return response_logprobs(model, [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows],
-                                 chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16)
+                                 chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16,
+                                 temperature=batch.temperature)
 
-    def _no_grad_logprobs(self, model: torch.nn.Module, batch: GroupBatch) -> torch.Tensor:
-        out = torch.zeros_like(batch.behaviour_logprobs)
+    def _no_grad_stats(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int] | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprobs, entropies)`` (B, W) of ``rows`` (default: all) in micro-batches; other rows stay 0."""
+        rows = list(range(len(batch))) if rows is None else rows
+        lp_out, ent_out = torch.zeros_like(batch.behaviour_logprobs), torch.zeros_like(batch.entropies)
         with torch.no_grad():
-            for start in range(0, len(batch), self.cfg.micro_batch):
-                rows = list(range(start, min(len(batch), start + self.cfg.micro_batch)))
-                lp, _ = self._logprobs(model, batch, rows)
-                out[rows, : lp.shape[1]] = lp.float()
-        return out
+            for start in range(0, len(rows), self.cfg.micro_batch):
+                part = rows[start:start + self.cfg.micro_batch]
+                lp, ent = self._logprobs(model, batch, part)
+                lp_out[part, : lp.shape[1]] = lp.float()
+                ent_out[part, : ent.shape[1]] = ent.float()
+        return lp_out, ent_out
 
     def update(self, batch: GroupBatch) -> dict[str, float]:
         cfg, loss_fn = self.cfg, self.components["loss"]
         self.model.train()
         if self.ref_model is not None:
-            batch.ref_logprobs = self._no_grad_logprobs(self.ref_model, batch)
+            batch.ref_logprobs = self._no_grad_stats(self.ref_model, batch)[0]
         if cfg.ppo_epochs > 1:
-            batch.old_logprobs = self._no_grad_logprobs(self.model, batch)
+            batch.old_logprobs = self._no_grad_stats(self.model, batch)[0]
         totals: dict[str, float] = defaultdict(float)
         ent_sum = 0.0
         params = [p for p in self.model.parameters() if p.requires_grad]
