@@ -40,6 +40,9 @@ class ToyEngine:
     def __init__(self, policy: SimpleNamespace):
         self.policy = policy
 
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Decodes from the policy's own tensors: nothing to copy."""
+
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling) -> list[SimpleNamespace]:
         tok, model = self.policy.tokenizer, self.policy.model

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from grpo_toys import ToyEngine, make_env, make_policy
@@ -75,6 +77,83 @@ def test_training_logprobs_are_the_samplers_at_temperature(tmp_path):
 
 def strip(records):
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+class RecordingEngine(ToyEngine):
+    """Records every generate and sync_weights call with the weights at that moment (and, once ``trainer`` is set, the
+    optimizer's step count at each sync)."""
+
+    def __init__(self, policy):
+        super().__init__(policy)
+        self.events, self.trainer = [], None
+
+    def weights(self):
+        return torch.cat([p.detach().flatten() for p in self.policy.model.parameters()]).clone()
+
+    def generate(self, prompts, n, sampling):
+        self.events.append(("generate", self.weights(), None))
+        return super().generate(prompts, n, sampling)
+
+    def sync_weights(self, model):
+        assert model is self.policy.model
+        state = next(iter(self.trainer.optimizer.state.values()), {}) if self.trainer else {}
+        self.events.append(("sync", self.weights(), int(state.get("step", 0))))
+
+
+@pytest.mark.parametrize("ppo_epochs", [1, 2])
+def test_engine_weights_are_synced_after_every_update(tmp_path, ppo_epochs):
+    settings = dict(engine=RecordingEngine, steps=3, eval_size=2, eval_every=1, checkpoint_every=1,
+                    weight_decay=0.1, ppo_epochs=ppo_epochs, params={"rollout_allocator": {"n": 4}})
+    t = trainer(tmp_path, **settings)  # weight decay: every optimizer step moves the weights
+    t.engine.trainer = t
+    t.run(resume=False)
+    events = t.engine.events
+    syncs = [k for k, e in enumerate(events) if e[0] == "sync"]
+    assert [events[k][2] for k in syncs] == [ppo_epochs, 2 * ppo_epochs, 3 * ppo_epochs]  # after each update's steps
+    for k in syncs:
+        assert not torch.equal(events[k - 1][1], events[k][1])  # the update happened before the sync
+        later = [e for e in events[k + 1:] if e[0] == "generate"]
+        assert later and torch.equal(later[0][1], events[k][1])  # eval and the next step sample synced weights
+    resumed = trainer(tmp_path, **{**settings, "steps": 4})
+    resumed.run(resume=True)
+    first = resumed.engine.events[0]  # the checkpoint's weights reach the engine before it samples anything
+    assert first[0] == "sync" and torch.equal(first[1], events[syncs[-1]][1])
+
+
+def test_an_engine_without_sync_weights_is_refused(tmp_path):
+    class Stale:
+        def generate(self, prompts, n, sampling):
+            raise AssertionError("never reached")
+
+    with pytest.raises(TypeError, match="sync_weights"):
+        trainer(tmp_path, engine=lambda policy: Stale())
+
+
+class NoEntropyEngine:
+    """The fp32 hf engine with the entropies of every other rollout removed (vLLM returns none); keeps what the hf
+    engine reported."""
+
+    def __init__(self, policy):
+        self.inner, self.reported = fp32_hf_engine(policy), []
+
+    def generate(self, prompts, n, sampling):
+        rollouts = self.inner.generate(prompts, n, sampling)
+        self.reported += [r.entropies for r in rollouts]
+        return [dataclasses.replace(r, entropies=None) if k % 2 == 0 else r for k, r in enumerate(rollouts)]
+
+    def sync_weights(self, model):
+        self.inner.sync_weights(model)
+
+
+def test_missing_entropies_are_recomputed_as_the_engine_reports_them(tmp_path):
+    t = trainer(tmp_path, engine=NoEntropyEngine, temperature=0.7, max_new_tokens=6, precision="fp32", micro_batch=5,
+                eval_size=0)
+    t.step = 1
+    batch, _ = t.collect()
+    assert len(t.engine.reported) == len(batch) == 32
+    for i, ent in enumerate(t.engine.reported):
+        torch.testing.assert_close(batch.entropies[i, : len(ent)], torch.tensor(ent), atol=2e-5, rtol=0)
+        assert len(ent) == int(batch.response_mask[i].sum()) and float(batch.entropies[i].abs().sum()) > 0
 
 
 def test_mean_reward_rises_on_toy_task(tmp_path):

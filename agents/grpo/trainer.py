@@ -112,6 +112,10 @@ class Trainer:
             from agents.policy.engine import make_engine
 
             engine = make_engine(policy, backend=cfg.engine, **({"precision": cfg.precision} if cfg.engine == "hf" else {}))
+        if not callable(getattr(engine, "sync_weights", None)):
+            raise TypeError(f"engine {type(engine).__name__} has no sync_weights(model): the trainer calls it after "
+                            f"every update so that rollouts come from the new weights (a no-op for an engine that "
+                            f"decodes from the model's own tensors)")
         if env is None or eval_env is None:
             import gymnasium as gym
 
@@ -178,8 +182,14 @@ class Trainer:
                     info={"task_id": groups[gid]["task_id"], "parsed_answer": info.get("parsed_answer"),
                           "format_ok": info.get("format_ok"), "answer": info.get("answer")}))
             # Engines report log-probs of softmax(logits / T) (T = 1 when greedy); training takes the same T.
-            parts.append(GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer,
-                                                 temperature=sampling.temperature or 1.0))
+            part = GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer,
+                                           temperature=sampling.temperature or 1.0)
+            # An engine without entropies (vLLM) would hand entropy-based shapers zeros: recompute those rows with
+            # the weights that sampled them, of the same distribution.
+            missing = [k for k, ro in enumerate(rollouts) if ro.response_ids and not ro.entropies]
+            if missing:
+                part.entropies[missing] = self._no_grad_stats(self.model, part, missing)[1][missing]
+            parts.append(part)
         return GroupBatch.concat(parts)
 
     def collect(self) -> tuple[GroupBatch | None, dict[str, float]]:
@@ -329,6 +339,7 @@ class Trainer:
         for stage, c in self.components.items():
             c.load_state_dict(state["components"].get(stage, {}))
         checkpoint.set_rng_state(state["rng"])
+        self.engine.sync_weights(self.model)  # the engine was built from the initial weights
         self.step, self.rollouts_total = int(state["step"]), int(state["rollouts_total"])
         self.metrics.truncate_after(self.step)
         return True
@@ -348,6 +359,8 @@ class Trainer:
         batch = comp["replay_buffer"](batch)
         upd = self.update(batch)
         comp["aggregator"].after_update(self.model, batch)
+        # After the update's last optimizer step (and any merge): the next rollouts and eval see the new weights.
+        self.engine.sync_weights(self.model)
         for c in comp.values():
             c.observe(batch)
         record.update(
