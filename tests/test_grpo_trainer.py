@@ -156,6 +156,26 @@ def test_missing_entropies_are_recomputed_as_the_engine_reports_them(tmp_path):
         assert len(ent) == int(batch.response_mask[i].sum()) and float(batch.entropies[i].abs().sum()) > 0
 
 
+def multi_hop_env():
+    import gymnasium as gym
+
+    import rlvr_envs  # noqa: F401  (registers the ids)
+
+    return gym.make("rlvr/MultiHopSynth-v0", corpus_size=40, num_tasks=8)
+
+
+def test_multi_turn_envs_are_refused_in_training_and_in_eval(tmp_path):
+    """A search env answers a non-final response with reward 0 and terminated=False: single-turn scoring would train
+    and evaluate on those zeros, so both paths stop with an error naming the env."""
+    t = trainer(tmp_path / "train", env=multi_hop_env(), eval_size=0)
+    t.step = 1
+    with pytest.raises(NotImplementedError, match=r"rlvr/MultiHopSynth-v0.*multi-turn training is not supported"):
+        t.collect()
+    e = trainer(tmp_path / "eval", eval_env=multi_hop_env(), eval_size=2)
+    with pytest.raises(NotImplementedError, match=r"rlvr/MultiHopSynth-v0.*multi-turn training is not supported"):
+        e.evaluate()
+
+
 def test_mean_reward_rises_on_toy_task(tmp_path):
     records = trainer(tmp_path, steps=30, plot=True).run(resume=False)
     train = [r["reward_mean"] for r in records if r["kind"] == "train"]

@@ -29,6 +29,7 @@ from agents.grpo.logprobs import response_logprobs
 from agents.grpo.metrics import MetricsLog, plot_curves
 from agents.grpo.registry import STAGES, Component, build, get
 from agents.policy.fastpath import resolve_precision
+from rlvr_envs.core import step_single_turn
 
 # Keys a resumed run may change: how long it runs and how it reports, not what it computes.
 RESUME_MAY_CHANGE = frozenset({"steps", "out_dir", "progress", "plot", "eval_every", "checkpoint_every",
@@ -173,7 +174,7 @@ class Trainer:
             for k, ro in enumerate(rollouts):
                 gid = gids[k // n]
                 self.env.reset(options={"task_id": groups[gid]["task_id"]})
-                _, reward, _, _, info = self.env.step(ro.text)
+                reward, info = step_single_turn(self.env, ro.text)
                 samples.append(Sample(
                     group_id=gid, prompt=groups[gid]["prompt"], prompt_ids=list(ro.prompt_ids),
                     response_ids=list(ro.response_ids), text=ro.text, reward=float(reward),
@@ -296,7 +297,7 @@ class Trainer:
         correct, rewards, lengths = [], [], []
         for tid, ro in zip(task_ids, rollouts):
             self.eval_env.reset(options={"task_id": tid})
-            _, reward, _, _, info = self.eval_env.step(ro.text)
+            reward, info = step_single_turn(self.eval_env, ro.text)
             correct.append(bool(info.get("correct", reward > 0)))
             rewards.append(float(reward))
             lengths.append(len(ro.response_ids))
