@@ -9,6 +9,7 @@ import torch
 from grpo_toys import ToyEngine, make_env, make_policy
 
 from agents.grpo import checkpoint
+from agents.grpo.batch import group_std
 from agents.grpo.config import from_dict
 from agents.grpo.metrics import TIMING_KEYS
 from agents.grpo.trainer import Trainer, select_trainable
@@ -225,9 +226,16 @@ def test_dapo_refill_and_vigor_ragged_groups(tmp_path):
     t = trainer(tmp_path / "dapo", steps=2, eval_size=0, refill_rounds=3,
                 stages={"group_transform": "dapo", "loss": "dapo"})
     records = [r for r in t.run(resume=False) if r["kind"] == "train"]
-    for r in records:  # a toy start has many all-wrong groups: they are dropped and replaced
-        assert r["rollouts"] >= 32 and (r.get("groups", 0) <= 4)
+    for r in records:  # a toy start has many all-wrong groups: they are dropped and replaced by fresh prompts
+        assert r["refill_rounds"] >= 1 and r["rollouts"] > 32, r  # one round is 4 prompts x 8
+        assert 1 <= r["groups"] <= 4
     assert t.components["group_transform"].dropped > 0
+    t.step += 1
+    batch, gen = t.collect()
+    assert gen["refill_rounds"] >= 1 and gen["rollouts"] > 32
+    inverse, keys = batch.group_index()
+    assert 1 <= len(keys) <= 4 and any(not g.split(":")[1] == "0" for g in keys)  # groups from a refill round kept
+    assert bool((group_std(batch.rewards, inverse, len(keys), unbiased=False) > 0).all())  # no zero-variance group
     v = trainer(tmp_path / "vigor", steps=2, eval_size=0, stages={"rollout_allocator": "vigor"},
                 params={"rollout_allocator": {"n0": 2, "budget_per_prompt": 6, "per_round": 2, "top_k": 2}})
     vr = [r for r in v.run(resume=False) if r["kind"] == "train"]
