@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -205,3 +207,18 @@ def test_batches_sampled_at_different_temperatures_do_not_mix():
     b.temperature = 1.0  # one batch's log-probs are all taken at one temperature
     with pytest.raises(ValueError, match="different temperatures"):
         GroupBatch.concat([a, b])
+
+
+@pytest.mark.parametrize("field", ["logprobs", "entropies"])
+@pytest.mark.parametrize("length", [2, 4])
+def test_per_token_values_must_cover_the_response_exactly(field, length):
+    ok = Sample(group_id="g", prompt="p", prompt_ids=[1], response_ids=[2, 3, 4], text="", reward=0.0,
+                **{field: [-0.1, -0.2, -0.3]})
+    values = getattr(GroupBatch.from_samples([ok]), "behaviour_logprobs" if field == "logprobs" else field)
+    approx(values[0], [-0.1, -0.2, -0.3])
+    for unknown in (None, []):  # what an engine that cannot report them passes: zeros
+        b = GroupBatch.from_samples([dataclasses.replace(ok, **{field: unknown})])
+        assert float(b.behaviour_logprobs.abs().sum() + b.entropies.abs().sum()) == 0.0
+    bad = dataclasses.replace(ok, group_id="h", **{field: [-0.1] * length})
+    with pytest.raises(ValueError, match=rf"sample 1 \(group h\): {length} {field} for 3 response tokens"):
+        GroupBatch.from_samples([ok, bad])

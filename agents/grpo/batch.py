@@ -72,10 +72,12 @@ class GroupBatch:
         for i, s in enumerate(samples):
             k = len(s.response_ids)
             mask[i, :k] = True
-            if s.logprobs is not None and len(s.logprobs):
-                lp[i, :k] = torch.as_tensor(list(s.logprobs)[:k], dtype=torch.float32)
-            if s.entropies is not None and len(s.entropies):
-                ent[i, :k] = torch.as_tensor(list(s.entropies)[:k], dtype=torch.float32)
+            for name, values, out in (("logprobs", s.logprobs, lp), ("entropies", s.entropies, ent)):
+                if values is None or len(values) == 0:  # unknown (an engine that cannot report them): 0
+                    continue
+                if len(values) != k:  # padding or cutting would misalign every later token with its value
+                    raise ValueError(f"sample {i} (group {s.group_id}): {len(values)} {name} for {k} response tokens")
+                out[i, :k] = torch.as_tensor(list(values), dtype=torch.float32)
         rewards = torch.tensor([float(s.reward) for s in samples])
         return cls(
             group_ids=[s.group_id for s in samples], prompts=[s.prompt for s in samples],
