@@ -98,7 +98,7 @@ def random_batch(seed: int) -> GroupBatch:
     return b
 
 
-LOSSES = [("ppo_clip", {"aggregation": a, "kl_coef": 0.1}) for a in
+LOSSES = [("ppo_clip", {"aggregation": a, "kl_coef": 0.1, "norm_len": 8}) for a in
           ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")]
 
 
@@ -222,3 +222,34 @@ def test_per_token_values_must_cover_the_response_exactly(field, length):
     bad = dataclasses.replace(ok, group_id="h", **{field: [-0.1] * length})
     with pytest.raises(ValueError, match=rf"sample 1 \(group h\): {length} {field} for 3 response tokens"):
         GroupBatch.from_samples([ok, bad])
+
+
+def test_dr_grpo_loss_of_a_micro_batch_ignores_the_other_responses_lengths():
+    """Aggregation invariance (as in OpenRLHF's tests/test_loss_aggregation.py): Dr.GRPO divides token sums by a
+    constant, the recipe's max_new_tokens, so a micro-batch's loss and gradient do not change when a response in
+    another micro-batch gets longer (and with it the batch's padded width)."""
+    from agents.grpo.config import from_dict
+    from agents.grpo.trainer import _build_component
+
+    loss_fn = _build_component("loss", from_dict({"model": "toy", "max_new_tokens": 16,
+                                                  "stages": {"advantage": "dr_grpo", "loss": "dr_grpo"}}))
+    assert loss_fn.norm_len == 16
+    results = []
+    for last in (2, 9):  # row 3 (the other micro-batch) is 2 or 9 tokens long: padded width 3 or 9
+        b = batch_of([[1.0, 0.0], [0.0, 1.0]], lengths=[[2, 3], [1, last]])
+        b.advantages = build("advantage", "dr_grpo")(b)
+        b.old_logprobs = b.behaviour_logprobs.clone()
+        lp = (b.old_logprobs[:2, :3] + torch.tensor([[0.1, -0.2, 0.0], [0.05, 0.3, -0.1]])).requires_grad_(True)
+        loss, _ = loss_fn(b, lp, [0, 1])
+        results.append((float(loss), torch.autograd.grad(loss, lp)[0]))
+    (loss_a, grad_a), (loss_b, grad_b) = results
+    assert b.response_mask.shape[1] == 9 and loss_a != 0.0
+    assert loss_a == loss_b
+    assert torch.equal(grad_a, grad_b)
+
+
+def test_dr_grpo_loss_needs_a_constant_length():
+    with pytest.raises(ValueError, match="norm_len"):
+        build("loss", "dr_grpo")
+    with pytest.raises(ValueError, match="norm_len"):
+        build("loss", "ppo_clip", {"aggregation": "seq-mean-token-sum-norm"})

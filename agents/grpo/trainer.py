@@ -88,6 +88,8 @@ def _build_component(stage: str, cfg: TrainConfig) -> Component:
     cls_params = inspect.signature(get(stage, name)).parameters
     if "seed" in cls_params and "seed" not in params:
         params["seed"] = cfg.seed
+    if "norm_len" in cls_params and params.get("norm_len") is None:  # Dr.GRPO's constant: the longest response allowed
+        params["norm_len"] = cfg.max_new_tokens
     return build(stage, name, params)
 
 
