@@ -143,6 +143,19 @@ def select_task_index(source: TaskSource, options: Mapping[str, Any] | None, rng
     return int(rng.integers(len(source)))
 
 
+def step_single_turn(env: gym.Env, action: str) -> tuple[float, dict[str, Any]]:
+    """``env.step(action)`` for callers that score one response per episode (the GRPO trainer, the TRL reward function):
+    ``(reward, info)``. A multi-turn env (search, tool use) answers a tool call with reward 0 and an open episode;
+    taking that 0 as the response's reward would silently train on zeros, so an episode left open is an error."""
+    _, reward, terminated, truncated, info = env.step(action)
+    if not (terminated or truncated):
+        name = getattr(getattr(env, "spec", None), "id", None) or type(env.unwrapped).__name__
+        raise NotImplementedError(
+            f"{name}: the episode is still open after one response (a multi-turn env took it as a tool or search "
+            f"call); multi-turn training is not supported yet: use a single-turn env")
+    return float(reward), info
+
+
 def render_messages(messages: Sequence[Message]) -> str:
     """A plain rendering of a chat for the observation; policies apply their own chat template to ``info['messages']``."""
     if len(messages) == 1 and messages[0]["role"] == "user":

@@ -40,6 +40,9 @@ class ToyEngine:
     def __init__(self, policy: SimpleNamespace):
         self.policy = policy
 
+    def sync_weights(self, model: torch.nn.Module) -> None:
+        """Decodes from the policy's own tensors: nothing to copy."""
+
     @torch.no_grad()
     def generate(self, prompts: list[str], n: int, sampling) -> list[SimpleNamespace]:
         tok, model = self.policy.tokenizer, self.policy.model
@@ -52,11 +55,13 @@ class ToyEngine:
             done = torch.zeros(n, dtype=torch.bool)
             lps, ents, toks = [], [], []
             for _ in range(sampling.max_new_tokens):
-                logp = torch.log_softmax(model(input_ids=seq).logits[:, -1].float(), -1)
+                logits = model(input_ids=seq).logits[:, -1].float()
+                # the engines' convention: log-probs and entropies of softmax(logits / T), T = 1 when greedy
+                logp = torch.log_softmax(logits / (sampling.temperature or 1.0), -1)
                 if sampling.temperature == 0:
                     nxt = logp.argmax(-1)
                 else:
-                    nxt = torch.multinomial(torch.softmax(logp / sampling.temperature, -1), 1, generator=gen)[:, 0]
+                    nxt = torch.multinomial(logp.exp(), 1, generator=gen)[:, 0]
                 lps.append(logp.gather(1, nxt[:, None])[:, 0])
                 ents.append(-(logp.exp() * logp).sum(-1))
                 toks.append(torch.where(done, torch.full_like(nxt, -1), nxt))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -96,7 +98,7 @@ def random_batch(seed: int) -> GroupBatch:
     return b
 
 
-LOSSES = [("ppo_clip", {"aggregation": a, "kl_coef": 0.1}) for a in
+LOSSES = [("ppo_clip", {"aggregation": a, "kl_coef": 0.1, "norm_len": 8}) for a in
           ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")]
 
 
@@ -196,3 +198,58 @@ def test_component_state_round_trip():
     other = build("prompt_selector", "random", {"seed": 99})
     other.load_state_dict(state)
     assert other.select(4, 100, 2) == again and first != again
+
+
+def test_batches_sampled_at_different_temperatures_do_not_mix():
+    a, b = batch_of([[1.0, 0.0]]), batch_of([[0.0, 1.0]])
+    a.temperature = b.temperature = 0.7
+    assert GroupBatch.concat([a, b]).temperature == 0.7
+    b.temperature = 1.0  # one batch's log-probs are all taken at one temperature
+    with pytest.raises(ValueError, match="different temperatures"):
+        GroupBatch.concat([a, b])
+
+
+@pytest.mark.parametrize("field", ["logprobs", "entropies"])
+@pytest.mark.parametrize("length", [2, 4])
+def test_per_token_values_must_cover_the_response_exactly(field, length):
+    ok = Sample(group_id="g", prompt="p", prompt_ids=[1], response_ids=[2, 3, 4], text="", reward=0.0,
+                **{field: [-0.1, -0.2, -0.3]})
+    values = getattr(GroupBatch.from_samples([ok]), "behaviour_logprobs" if field == "logprobs" else field)
+    approx(values[0], [-0.1, -0.2, -0.3])
+    for unknown in (None, []):  # what an engine that cannot report them passes: zeros
+        b = GroupBatch.from_samples([dataclasses.replace(ok, **{field: unknown})])
+        assert float(b.behaviour_logprobs.abs().sum() + b.entropies.abs().sum()) == 0.0
+    bad = dataclasses.replace(ok, group_id="h", **{field: [-0.1] * length})
+    with pytest.raises(ValueError, match=rf"sample 1 \(group h\): {length} {field} for 3 response tokens"):
+        GroupBatch.from_samples([ok, bad])
+
+
+def test_dr_grpo_loss_of_a_micro_batch_ignores_the_other_responses_lengths():
+    """Aggregation invariance (as in OpenRLHF's tests/test_loss_aggregation.py): Dr.GRPO divides token sums by a
+    constant, the recipe's max_new_tokens, so a micro-batch's loss and gradient do not change when a response in
+    another micro-batch gets longer (and with it the batch's padded width)."""
+    from agents.grpo.config import from_dict
+    from agents.grpo.trainer import _build_component
+
+    loss_fn = _build_component("loss", from_dict({"model": "toy", "max_new_tokens": 16,
+                                                  "stages": {"advantage": "dr_grpo", "loss": "dr_grpo"}}))
+    assert loss_fn.norm_len == 16
+    results = []
+    for last in (2, 9):  # row 3 (the other micro-batch) is 2 or 9 tokens long: padded width 3 or 9
+        b = batch_of([[1.0, 0.0], [0.0, 1.0]], lengths=[[2, 3], [1, last]])
+        b.advantages = build("advantage", "dr_grpo")(b)
+        b.old_logprobs = b.behaviour_logprobs.clone()
+        lp = (b.old_logprobs[:2, :3] + torch.tensor([[0.1, -0.2, 0.0], [0.05, 0.3, -0.1]])).requires_grad_(True)
+        loss, _ = loss_fn(b, lp, [0, 1])
+        results.append((float(loss), torch.autograd.grad(loss, lp)[0]))
+    (loss_a, grad_a), (loss_b, grad_b) = results
+    assert b.response_mask.shape[1] == 9 and loss_a != 0.0
+    assert loss_a == loss_b
+    assert torch.equal(grad_a, grad_b)
+
+
+def test_dr_grpo_loss_needs_a_constant_length():
+    with pytest.raises(ValueError, match="norm_len"):
+        build("loss", "dr_grpo")
+    with pytest.raises(ValueError, match="norm_len"):
+        build("loss", "ppo_clip", {"aggregation": "seq-mean-token-sum-norm"})

@@ -18,19 +18,21 @@ from agents.grpo.logprobs import (
 from agents.policy.models import load_policy
 
 
-def naive_head(h, w, b, t):
-    logp = torch.log_softmax(torch.nn.functional.linear(h, w, b).float(), -1)
+def naive_head(h, w, b, t, temperature=1.0):
+    logits = torch.nn.functional.linear(h, w, b)
+    logp = torch.log_softmax(logits.to(torch.promote_types(logits.dtype, torch.float32)) / temperature, -1)
     return logp.gather(1, t[:, None]).squeeze(1), -(logp.exp() * logp).sum(-1)
 
 
-def naive_response_logprobs(model, prompts, responses):
-    """One unpadded row at a time through the model's own forward, full fp32 log-softmax."""
+def naive_response_logprobs(model, prompts, responses, temperature=1.0):
+    """One unpadded row at a time through the model's own forward, full fp32 log-softmax of logits / T."""
     width = max(1, max(len(r) for r in responses))
     lps, ents = torch.zeros(len(prompts), width), torch.zeros(len(prompts), width)
     for i, (p, r) in enumerate(zip(prompts, responses)):
         if not r:
             continue
-        logp = torch.log_softmax(model(input_ids=torch.tensor([list(p) + list(r)])).logits[0].float(), -1)
+        logits = model(input_ids=torch.tensor([list(p) + list(r)])).logits[0].float()
+        logp = torch.log_softmax(logits / temperature, -1)
         pos = torch.arange(len(p) - 1, len(p) - 1 + len(r))
         picked = logp[pos]
         lps[i, : len(r)] = picked.gather(1, torch.tensor(r)[:, None]).squeeze(1)
@@ -58,24 +60,30 @@ def head_inputs(n=7, v=11, d=5, dtype=torch.float64, bias=True, seed=0):
     return h, w, b, torch.randint(0, v, (n,), generator=g)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7, 2.5])
 @pytest.mark.parametrize("bias", [True, False])
 @pytest.mark.parametrize("store_probs", [True, False])
-def test_head_gradcheck_fp64(bias, store_probs):
+def test_head_gradcheck_fp64(bias, store_probs, temperature):
     h, w, b, t = head_inputs(bias=bias)
     inputs = (h, w) if b is None else (h, w, b)
 
-    def f(h, w, b=None):
-        return LinearTokenLogprob.apply(h, w, b, t, 3, store_probs, torch.float64)[0]  # chunk 3 does not divide 7
+    def f(h, w, b=None):  # chunk 3 does not divide 7
+        return LinearTokenLogprob.apply(h, w, b, t, 3, store_probs, torch.float64, temperature)[0]
 
     assert torch.autograd.gradcheck(f, inputs)
+    lp, ent = LinearTokenLogprob.apply(h, w, b, t, 3, store_probs, torch.float64, temperature)
+    ref_lp, ref_ent = naive_head(h, w, b, t, temperature)  # the values are of logits / T too
+    torch.testing.assert_close(lp, ref_lp, atol=1e-12, rtol=0)
+    torch.testing.assert_close(ent, ref_ent.detach(), atol=1e-12, rtol=0)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
 @pytest.mark.parametrize("store_probs", [True, False])
-def test_head_matches_full_logits_in_fp32(store_probs):
+def test_head_matches_full_logits_in_fp32(store_probs, temperature):
     h, w, b, t = head_inputs(n=50, v=300, d=16, dtype=torch.float32, seed=1)
     weights = torch.randn(50)
-    lp, ent = linear_token_logprobs(h, w, b, t, chunk=16, store_probs=store_probs)
-    ref_lp, ref_ent = naive_head(h, w, b, t)
+    lp, ent = linear_token_logprobs(h, w, b, t, chunk=16, store_probs=store_probs, temperature=temperature)
+    ref_lp, ref_ent = naive_head(h, w, b, t, temperature)
     torch.testing.assert_close(lp, ref_lp, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent, ref_ent.detach(), atol=1e-5, rtol=1e-5)
     assert not ent.requires_grad
@@ -127,12 +135,13 @@ def tiny():
     return load_policy("tiny", seed=0).model  # tied embeddings, vocab ~100
 
 
-def test_response_logprobs_match_naive_reference_with_all_gradients(tiny):
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_response_logprobs_match_naive_reference_with_all_gradients(tiny, temperature):
     prompts, responses = ragged_rows(tiny.config.vocab_size)
     params = [p for p in tiny.parameters()]
     weights = torch.randn(len(prompts), max(len(r) for r in responses), generator=torch.Generator().manual_seed(3))
-    lp, ent = response_logprobs(tiny, prompts, responses, chunk=2)
-    ref_lp, ref_ent = naive_response_logprobs(tiny, prompts, responses)
+    lp, ent = response_logprobs(tiny, prompts, responses, chunk=2, temperature=temperature)
+    ref_lp, ref_ent = naive_response_logprobs(tiny, prompts, responses, temperature)
     torch.testing.assert_close(lp, ref_lp, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent, ref_ent, atol=1e-5, rtol=1e-5)
     assert float(lp[2].detach().abs().sum()) == 0.0 and float(ent[2].abs().sum()) == 0.0
@@ -201,13 +210,17 @@ class WithoutHead(torch.nn.Module):
         return self.inner(**kwargs)
 
 
-def test_fallback_without_a_separable_head_and_empty_responses():
+@pytest.mark.parametrize("temperature", [1.0, 0.7])
+def test_fallback_without_a_separable_head_and_empty_responses(temperature):
     model = make_model(seed=2)
+    params = list(model.parameters())
     prompts, responses = ragged_rows(model.config.vocab_size, seed=9)
-    lp, ent = response_logprobs(WithoutHead(model), prompts, responses)
-    ref_lp, ref_ent = naive_response_logprobs(model, prompts, responses)
+    lp, ent = response_logprobs(WithoutHead(model), prompts, responses, temperature=temperature)
+    ref_lp, ref_ent = naive_response_logprobs(model, prompts, responses, temperature)
     torch.testing.assert_close(lp, ref_lp, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(ent, ref_ent, atol=1e-5, rtol=1e-5)
+    for g, r in zip(grads_of(lp.sum(), params), grads_of(ref_lp.sum(), params)):
+        torch.testing.assert_close(g, r, atol=1e-5, rtol=1e-4)
     lp, ent = response_logprobs(model, [[3], [4, 5]], [[], []])  # nothing to score: zeros, still backpropagates
     assert lp.shape == (2, 1) and float(lp.detach().abs().sum()) == 0.0
     lp.sum().backward()
@@ -220,3 +233,6 @@ def test_bad_input_is_refused(tiny):
         response_logprobs(tiny, [[]], [[1]])
     with pytest.raises(ValueError, match="as many"):
         response_logprobs(tiny, [[1]], [[1], [2]])
+    for bad in (0.0, -1.0, float("inf"), float("nan")):
+        with pytest.raises(ValueError, match="temperature"):
+            response_logprobs(tiny, [[1]], [[1]], temperature=bad)

@@ -2,27 +2,179 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from grpo_toys import ToyEngine, make_env, make_policy
 
 from agents.grpo import checkpoint
+from agents.grpo.batch import group_std
 from agents.grpo.config import from_dict
 from agents.grpo.metrics import TIMING_KEYS
 from agents.grpo.trainer import Trainer, select_trainable
+from agents.policy.engine import HFEngine
 
 
-def trainer(out, **overrides) -> Trainer:
+def trainer(out, *, engine=ToyEngine, env=None, eval_env=None, **overrides) -> Trainer:
+    """A toy-sized trainer; ``engine`` is a factory called with the policy."""
     settings = dict(model="toy", steps=4, prompts_per_step=4, max_new_tokens=2, lr=1e-2, train_layers=-1,
                     eval_size=4, eval_every=0, out_dir=str(out), progress=False, plot=False, micro_batch=8,
                     params={"rollout_allocator": {"n": 8}})
     settings.update(overrides)
     policy = make_policy()
-    return Trainer(from_dict(settings), policy=policy, engine=ToyEngine(policy), env=make_env(), eval_env=make_env())
+    return Trainer(from_dict(settings), policy=policy, engine=engine(policy), env=env or make_env(),
+                   eval_env=eval_env or make_env())
+
+
+def fp32_hf_engine(policy) -> HFEngine:
+    return HFEngine(policy, precision="fp32")  # "auto" would decode in bf16 on AVX512-BF16 / AMX CPUs
+
+
+class RecordingLoss:
+    """Wraps the trainer's loss: keeps each call's PPO ratio and its ratio to the behaviour log-probs."""
+
+    def __init__(self, inner):
+        self.inner, self.ratios, self.behaviour_ratios = inner, [], []
+
+    def __call__(self, batch, logprobs, rows):
+        rows_t = torch.as_tensor(rows)
+        width = logprobs.shape[1]
+        mask = batch.response_mask[rows_t, :width]
+        old = logprobs.detach() if batch.old_logprobs is None else batch.old_logprobs[rows_t, :width]
+        self.ratios.append(torch.exp(logprobs.detach() - old)[mask])
+        self.behaviour_ratios.append(torch.exp(logprobs.detach() - batch.behaviour_logprobs[rows_t, :width])[mask])
+        return self.inner(batch, logprobs, rows)
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+
+def test_training_logprobs_are_the_samplers_at_temperature(tmp_path):
+    """Rollouts sampled at T = 0.7: the trainer's log-probs (policy, old, reference) are of softmax(logits / T), the
+    distribution the engine sampled from, so an untouched policy has importance ratio 1."""
+    t = trainer(tmp_path, engine=fp32_hf_engine, temperature=0.7, max_new_tokens=6, precision="fp32", ppo_epochs=2,
+                micro_batch=5, kl_reference=True, eval_size=0)
+    t.step = 1
+    batch, _ = t.collect()
+    assert batch.temperature == 0.7
+    mask = batch.response_mask
+    assert int(mask.sum()) > 50
+    trainer_lp = t._no_grad_stats(t.model, batch)[0]
+    diff = float((trainer_lp - batch.behaviour_logprobs)[mask].abs().max())
+    print(f"T=0.7: max |trainer log-prob - engine log-prob| = {diff:.3g} over {int(mask.sum())} tokens")
+    assert diff < 2e-5
+    batch.advantages = torch.linspace(-1.0, 1.0, len(batch))  # non-zero, so the first optimizer step moves the policy
+    t.components["loss"] = loss = RecordingLoss(t.components["loss"])
+    t.update(batch)
+    torch.testing.assert_close(batch.old_logprobs[mask], batch.behaviour_logprobs[mask], atol=2e-5, rtol=0)
+    torch.testing.assert_close(batch.ref_logprobs[mask], batch.behaviour_logprobs[mask], atol=2e-5, rtol=0)
+    n_micro = -(-len(batch) // 5)
+    first_epoch = torch.cat(loss.ratios[:n_micro])  # before the first optimizer step
+    assert float((first_epoch - 1).abs().max()) <= 1e-6
+    assert float((torch.cat(loss.behaviour_ratios[:n_micro]) - 1).abs().max()) < 2e-5
+    assert float((torch.cat(loss.ratios[n_micro:]) - 1).abs().max()) > 1e-4  # the second epoch sees the update
 
 
 def strip(records):
     return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+
+
+class RecordingEngine(ToyEngine):
+    """Records every generate and sync_weights call with the weights at that moment (and, once ``trainer`` is set, the
+    optimizer's step count at each sync)."""
+
+    def __init__(self, policy):
+        super().__init__(policy)
+        self.events, self.trainer = [], None
+
+    def weights(self):
+        return torch.cat([p.detach().flatten() for p in self.policy.model.parameters()]).clone()
+
+    def generate(self, prompts, n, sampling):
+        self.events.append(("generate", self.weights(), None))
+        return super().generate(prompts, n, sampling)
+
+    def sync_weights(self, model):
+        assert model is self.policy.model
+        state = next(iter(self.trainer.optimizer.state.values()), {}) if self.trainer else {}
+        self.events.append(("sync", self.weights(), int(state.get("step", 0))))
+
+
+@pytest.mark.parametrize("ppo_epochs", [1, 2])
+def test_engine_weights_are_synced_after_every_update(tmp_path, ppo_epochs):
+    settings = dict(engine=RecordingEngine, steps=3, eval_size=2, eval_every=1, checkpoint_every=1,
+                    weight_decay=0.1, ppo_epochs=ppo_epochs, params={"rollout_allocator": {"n": 4}})
+    t = trainer(tmp_path, **settings)  # weight decay: every optimizer step moves the weights
+    t.engine.trainer = t
+    t.run(resume=False)
+    events = t.engine.events
+    syncs = [k for k, e in enumerate(events) if e[0] == "sync"]
+    assert [events[k][2] for k in syncs] == [ppo_epochs, 2 * ppo_epochs, 3 * ppo_epochs]  # after each update's steps
+    for k in syncs:
+        assert not torch.equal(events[k - 1][1], events[k][1])  # the update happened before the sync
+        later = [e for e in events[k + 1:] if e[0] == "generate"]
+        assert later and torch.equal(later[0][1], events[k][1])  # eval and the next step sample synced weights
+    resumed = trainer(tmp_path, **{**settings, "steps": 4})
+    resumed.run(resume=True)
+    first = resumed.engine.events[0]  # the checkpoint's weights reach the engine before it samples anything
+    assert first[0] == "sync" and torch.equal(first[1], events[syncs[-1]][1])
+
+
+def test_an_engine_without_sync_weights_is_refused(tmp_path):
+    class Stale:
+        def generate(self, prompts, n, sampling):
+            raise AssertionError("never reached")
+
+    with pytest.raises(TypeError, match="sync_weights"):
+        trainer(tmp_path, engine=lambda policy: Stale())
+
+
+class NoEntropyEngine:
+    """The fp32 hf engine with the entropies of every other rollout removed (vLLM returns none); keeps what the hf
+    engine reported."""
+
+    def __init__(self, policy):
+        self.inner, self.reported = fp32_hf_engine(policy), []
+
+    def generate(self, prompts, n, sampling):
+        rollouts = self.inner.generate(prompts, n, sampling)
+        self.reported += [r.entropies for r in rollouts]
+        return [dataclasses.replace(r, entropies=None) if k % 2 == 0 else r for k, r in enumerate(rollouts)]
+
+    def sync_weights(self, model):
+        self.inner.sync_weights(model)
+
+
+def test_missing_entropies_are_recomputed_as_the_engine_reports_them(tmp_path):
+    t = trainer(tmp_path, engine=NoEntropyEngine, temperature=0.7, max_new_tokens=6, precision="fp32", micro_batch=5,
+                eval_size=0)
+    t.step = 1
+    batch, _ = t.collect()
+    assert len(t.engine.reported) == len(batch) == 32
+    for i, ent in enumerate(t.engine.reported):
+        torch.testing.assert_close(batch.entropies[i, : len(ent)], torch.tensor(ent), atol=2e-5, rtol=0)
+        assert len(ent) == int(batch.response_mask[i].sum()) and float(batch.entropies[i].abs().sum()) > 0
+
+
+def multi_hop_env():
+    import gymnasium as gym
+
+    import rlvr_envs  # noqa: F401  (registers the ids)
+
+    return gym.make("rlvr/MultiHopSynth-v0", corpus_size=40, num_tasks=8)
+
+
+def test_multi_turn_envs_are_refused_in_training_and_in_eval(tmp_path):
+    """A search env answers a non-final response with reward 0 and terminated=False: single-turn scoring would train
+    and evaluate on those zeros, so both paths stop with an error naming the env."""
+    t = trainer(tmp_path / "train", env=multi_hop_env(), eval_size=0)
+    t.step = 1
+    with pytest.raises(NotImplementedError, match=r"rlvr/MultiHopSynth-v0.*multi-turn training is not supported"):
+        t.collect()
+    e = trainer(tmp_path / "eval", eval_env=multi_hop_env(), eval_size=2)
+    with pytest.raises(NotImplementedError, match=r"rlvr/MultiHopSynth-v0.*multi-turn training is not supported"):
+        e.evaluate()
 
 
 def test_mean_reward_rises_on_toy_task(tmp_path):
@@ -74,9 +226,16 @@ def test_dapo_refill_and_vigor_ragged_groups(tmp_path):
     t = trainer(tmp_path / "dapo", steps=2, eval_size=0, refill_rounds=3,
                 stages={"group_transform": "dapo", "loss": "dapo"})
     records = [r for r in t.run(resume=False) if r["kind"] == "train"]
-    for r in records:  # a toy start has many all-wrong groups: they are dropped and replaced
-        assert r["rollouts"] >= 32 and (r.get("groups", 0) <= 4)
+    for r in records:  # a toy start has many all-wrong groups: they are dropped and replaced by fresh prompts
+        assert r["refill_rounds"] >= 1 and r["rollouts"] > 32, r  # one round is 4 prompts x 8
+        assert 1 <= r["groups"] <= 4
     assert t.components["group_transform"].dropped > 0
+    t.step += 1
+    batch, gen = t.collect()
+    assert gen["refill_rounds"] >= 1 and gen["rollouts"] > 32
+    inverse, keys = batch.group_index()
+    assert 1 <= len(keys) <= 4 and any(not g.split(":")[1] == "0" for g in keys)  # groups from a refill round kept
+    assert bool((group_std(batch.rewards, inverse, len(keys), unbiased=False) > 0).all())  # no zero-variance group
     v = trainer(tmp_path / "vigor", steps=2, eval_size=0, stages={"rollout_allocator": "vigor"},
                 params={"rollout_allocator": {"n0": 2, "budget_per_prompt": 6, "per_round": 2, "top_k": 2}})
     vr = [r for r in v.run(resume=False) if r["kind"] == "train"]
@@ -118,7 +277,7 @@ def test_logprobs_match_the_hf_engine_on_tiny():
     from agents.policy.models import load_policy
 
     policy = load_policy("tiny", seed=0)
-    engine = engine_mod.make_engine(policy, backend="hf")
+    engine = engine_mod.make_engine(policy, backend="hf", precision="fp32")  # "auto" decodes in bf16 on AMX/AVX512-BF16
     rollouts = engine.generate([policy.prompt_text([{"role": "user", "content": "1+1?"}])], 4,
                                engine_mod.SamplingParams(temperature=1.0, max_new_tokens=12, seed=3))
     with torch.no_grad():

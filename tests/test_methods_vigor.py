@@ -36,11 +36,25 @@ def test_allocation_rounds_follow_variance_and_spend_the_budget_exactly():
     assert state["left"] == 0
 
 
-def test_allocator_respects_cap_and_partial_last_round():
-    alloc = build("rollout_allocator", "vigor", {"n0": 1, "budget_per_prompt": 2, "per_round": 3, "top_k": 1,
-                                                 "max_per_prompt": 3})
+def test_allocator_cuts_the_last_round_to_the_budget():
+    alloc = build("rollout_allocator", "vigor", {"n0": 1, "budget_per_prompt": 2, "per_round": 3, "top_k": 1})
     alloc.initial(["a", "b"])
     first = alloc.more(batch({"a": [1], "b": [0]}))
     assert sum(first.values()) == 2  # 4 total - 2 initial: the round is cut to what is left
     with pytest.raises(ValueError):
         build("rollout_allocator", "vigor", {"n0": 4, "budget_per_prompt": 2})
+
+
+def test_a_group_at_its_cap_gets_nothing_more():
+    alloc = build("rollout_allocator", "vigor", {"n0": 2, "budget_per_prompt": 8, "per_round": 2, "top_k": 2,
+                                                 "max_per_prompt": 4})
+    alloc.initial(["a", "b", "c"])
+    rewards = {"a": [1, 0], "b": [0, 1], "c": [1, 1]}
+    assert alloc.more(batch(rewards)) == {"a": 2, "b": 2}  # the mixed groups (.25 vs .1875): a and b reach the cap
+    rewards["a"] += [1, 0]
+    rewards["b"] += [0, 1]
+    # a and b still score highest (.25) but sit at the cap of 4: only c gets more
+    assert alloc.more(batch(rewards)) == {"c": 2}
+    rewards["c"] += [1, 1]
+    assert alloc.more(batch(rewards)) == {}  # every group at the cap: the rest of the budget stays unspent
+    assert alloc.state_dict()["left"] == 24 - 6 - 4 - 2

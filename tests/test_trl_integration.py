@@ -27,6 +27,14 @@ def test_reward_fn_scores_with_the_env_verifier():
         completion_text(3)
 
 
+def test_reward_fn_refuses_a_response_that_leaves_a_multi_turn_episode_open():
+    env_id, kwargs = "rlvr/MultiHopSynth-v0", {"corpus_size": 40, "num_tasks": 4}
+    data = dataset(env_id, 2, conversational=False, env_kwargs=kwargs)
+    f = reward_fn(env_id, env_kwargs=kwargs)
+    with pytest.raises(NotImplementedError, match=r"rlvr/MultiHopSynth-v0.*multi-turn training is not supported"):
+        f(prompts=data["prompt"], completions=["<search>capital</search>"] * 2, task_id=data["task_id"])
+
+
 def test_trl_grpo_trainer_two_steps(tmp_path):
     trl = pytest.importorskip("trl")
     from agents.policy.models import load_policy

@@ -10,6 +10,8 @@ Formulas (spec: shared/specs/methods.md), group g with rewards r_i:
   ``token-mean``              sum_it l_it / (total response tokens in the batch)                      (DAPO)
   ``seq-mean-token-mean``     sum_i (sum_t l_it / L_i) / (number of responses)                           (GRPO)
   ``seq-mean-token-sum-norm`` sum_it l_it / (number of responses * norm_len)                           (Dr.GRPO)
+  ``norm_len`` is a constant (the trainer passes the recipe's ``max_new_tokens``), never the batch's padded width:
+  a token's weight must not depend on how long the other responses of its batch happened to be.
 - ``dapo`` = clip-higher (eps_low 0.2, eps_high 0.28) with token-mean, plus the ``dapo`` group transform (dynamic
   sampling): groups whose rewards have zero variance are dropped and the trainer refills with fresh prompts.
 """
@@ -159,6 +161,9 @@ class PPOClipLoss(Component):
                  kl_coef: float = 0.0, norm_len: int | None = None):
         if aggregation not in AGGREGATIONS:
             raise ValueError(f"aggregation must be one of {AGGREGATIONS}, got {aggregation!r}")
+        if aggregation == "seq-mean-token-sum-norm" and (norm_len is None or int(norm_len) < 1):
+            raise ValueError(f"aggregation {aggregation!r} needs norm_len, a constant length >= 1 (the recipe's "
+                             f"max_new_tokens, which the trainer passes by default), got {norm_len!r}")
         self.clip_low, self.clip_high = float(clip_low), float(clip_high)
         self.aggregation, self.kl_coef, self.norm_len = aggregation, float(kl_coef), norm_len
 
@@ -195,8 +200,7 @@ class PPOClipLoss(Component):
         if self.aggregation == "seq-mean-token-mean":
             per_seq = masked.sum(dim=1) / mask.sum(dim=1).clamp(min=1)
             return per_seq.sum() / len(batch)
-        norm = self.norm_len or batch.response_mask.shape[1]
-        return masked.sum() / (len(batch) * norm)
+        return masked.sum() / (len(batch) * self.norm_len)
 
 
 @register("grpo", stage="loss")

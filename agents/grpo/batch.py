@@ -55,11 +55,13 @@ class GroupBatch:
     ref_logprobs: torch.Tensor | None = None  # (B, L) frozen reference policy (KL)
     advantages: torch.Tensor | None = None  # (B,) or (B, L)
     step: int = 0
+    temperature: float = 1.0  # the rollouts' sampling temperature (1 for greedy): every log-prob is of softmax(logits / T)
     tokenizer: Any = None  # lets shapers map text positions to tokens; never serialized
 
     # -- construction ----------------------------------------------------------------------------------------------
     @classmethod
-    def from_samples(cls, samples: Sequence[Sample], *, step: int = 0, tokenizer: Any = None) -> GroupBatch:
+    def from_samples(cls, samples: Sequence[Sample], *, step: int = 0, tokenizer: Any = None,
+                     temperature: float = 1.0) -> GroupBatch:
         if not samples:
             raise ValueError("GroupBatch needs at least one sample")
         width = max(1, max(len(s.response_ids) for s in samples))
@@ -70,10 +72,12 @@ class GroupBatch:
         for i, s in enumerate(samples):
             k = len(s.response_ids)
             mask[i, :k] = True
-            if s.logprobs is not None and len(s.logprobs):
-                lp[i, :k] = torch.as_tensor(list(s.logprobs)[:k], dtype=torch.float32)
-            if s.entropies is not None and len(s.entropies):
-                ent[i, :k] = torch.as_tensor(list(s.entropies)[:k], dtype=torch.float32)
+            for name, values, out in (("logprobs", s.logprobs, lp), ("entropies", s.entropies, ent)):
+                if values is None or len(values) == 0:  # unknown (an engine that cannot report them): 0
+                    continue
+                if len(values) != k:  # padding or cutting would misalign every later token with its value
+                    raise ValueError(f"sample {i} (group {s.group_id}): {len(values)} {name} for {k} response tokens")
+                out[i, :k] = torch.as_tensor(list(values), dtype=torch.float32)
         rewards = torch.tensor([float(s.reward) for s in samples])
         return cls(
             group_ids=[s.group_id for s in samples], prompts=[s.prompt for s in samples],
@@ -81,7 +85,7 @@ class GroupBatch:
             texts=[s.text for s in samples], infos=[dict(s.info) for s in samples],
             finish_reasons=[s.finish_reason for s in samples], rewards=rewards, base_rewards=rewards.clone(),
             correct=torch.tensor([bool(s.correct) for s in samples]), response_mask=mask,
-            behaviour_logprobs=lp, entropies=ent, step=step, tokenizer=tokenizer)
+            behaviour_logprobs=lp, entropies=ent, step=step, temperature=float(temperature), tokenizer=tokenizer)
 
     # -- shape and groups ------------------------------------------------------------------------------------------
     def __len__(self) -> int:
@@ -127,6 +131,9 @@ class GroupBatch:
             raise ValueError("nothing to concatenate")
         if len(batches) == 1:
             return batches[0]
+        temperatures = sorted({b.temperature for b in batches})
+        if len(temperatures) > 1:  # one batch's log-probs are all taken at one temperature
+            raise ValueError(f"cannot concatenate batches sampled at different temperatures {temperatures}")
         width = max(b.response_mask.shape[1] for b in batches)
         changes: dict[str, Any] = {}
         for f in _LIST_FIELDS:

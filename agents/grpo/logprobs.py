@@ -2,12 +2,16 @@
 
 Two parts:
 
-- ``LinearTokenLogprob``: ``log_softmax(h @ W.T + b)[t]`` (and the entropy, for logging) as one autograd Function that
+- ``LinearTokenLogprob``: ``log_softmax((h @ W.T + b) / T)[t]`` (and the entropy, for logging) as one autograd Function that
   walks the rows in chunks. Its forward keeps ``softmax - onehot(t)`` (unless told not to), so its backward is two
   matmuls: no second lm_head matmul, no ``(B, T, V)`` fp32 logits, no full-vocabulary gather/scatter or zero-fill.
 - ``response_logprobs``: the backbone runs over ``prompt + response`` in length buckets (rows sorted by length, each
   bucket padded only to its own longest row), only the hidden states that predict response tokens are kept, and the
   head runs once over all of them. Results go back to the caller's row order as ``(B, W)``.
+
+Temperature: rollouts sampled at ``T`` come from ``softmax(logits / T)`` and engines report log-probs of that
+distribution (agents.policy.engine), so training, old and reference log-probs take the same ``T``; otherwise the
+importance ratio of an untouched policy would not be 1.
 
 Why buckets and not one packed row: on CPU, SDPA with a block-diagonal mask over one long row does dense
 ``L_total ** 2`` attention work, while a bucket of similar-length rows wastes at most ``slack`` of its tokens on padding.
@@ -15,6 +19,7 @@ Why buckets and not one packed row: on CPU, SDPA with a block-diagonal mask over
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import torch
@@ -26,7 +31,8 @@ _LOGIT_TRANSFORMS = ("final_logit_softcapping", "logit_scale", "logits_scaling")
 
 
 class LinearTokenLogprob(torch.autograd.Function):
-    """``(token_lp, entropy)`` of rows ``h`` (N, H) under ``log_softmax(h @ weight.T + bias)`` at ``targets`` (N,).
+    """``(token_lp, entropy)`` of rows ``h`` (N, H) under ``log_softmax((h @ weight.T + bias) / temperature)`` at
+    ``targets`` (N,).
 
     The matmuls run in ``compute_dtype``; log-softmax and entropy in fp32 (fp64 when computing in fp64).
     Autocast is switched off inside (forward would otherwise run under the caller's autocast state and backward
@@ -35,7 +41,9 @@ class LinearTokenLogprob(torch.autograd.Function):
 
     ``store_probs`` keeps ``Q = softmax - onehot(targets)`` (N, V) in ``compute_dtype``: ``d lp / d logits = -Q``,
     so backward is ``grad_h = -g * (Q @ W)``, ``grad_W = -Q.T @ (g * h)``, ``grad_b = -Q.T @ g`` -- two matmuls, no
-    logits recompute and no pass over (N, V) (the row scale ``g`` goes on the small side). ``Q``'s target entries are
+    logits recompute and no pass over (N, V) (the row scale ``g`` goes on the small side). With a temperature, ``Q`` is
+    of ``softmax(logits / T)`` and the chain rule adds ``1 / T`` to that row scale: ``g = grad_lp / T``.
+    ``Q``'s target entries are
     ``expm1(lp)`` from fp32, so ``1 - p_t`` keeps its precision when ``p_t`` is close to 1 even with a bf16 ``Q``.
     Backward only reads ``Q``, so ``retain_graph`` works. Without ``store_probs`` backward recomputes each chunk's
     logits (one more lm_head matmul, ``chunk`` rows of memory).
@@ -43,14 +51,15 @@ class LinearTokenLogprob(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, targets: torch.Tensor,
-                chunk: int, store_probs: bool, compute_dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+                chunk: int, store_probs: bool, compute_dtype: torch.dtype, temperature: float = 1.0
+                ) -> tuple[torch.Tensor, torch.Tensor]:
         with torch.autocast(hidden.device.type, enabled=False):
             h, w = hidden.to(compute_dtype), weight.to(compute_dtype)
             b = None if bias is None else bias.to(compute_dtype)
             resid = h.new_empty(h.shape[0], w.shape[0]) if store_probs else None
-            token_lp, entropy = _chunked_stats(h, w, b, targets, chunk, resid)
+            token_lp, entropy = _chunked_stats(h, w, b, targets, chunk, resid, temperature)
         ctx.save_for_backward(h, w, b, targets, token_lp, resid)
-        ctx.chunk = chunk
+        ctx.chunk, ctx.temperature = chunk, float(temperature)
         ctx.dtypes = (hidden.dtype, weight.dtype, None if bias is None else bias.dtype)
         ctx.mark_non_differentiable(entropy)
         return token_lp, entropy
@@ -61,17 +70,22 @@ class LinearTokenLogprob(torch.autograd.Function):
         need = ctx.needs_input_grad[:3]
         with torch.autocast(h.device.type, enabled=False):
             g = grad_lp.to(token_lp.dtype)
+            if ctx.temperature != 1.0:  # d(logits / T) / d logits = 1 / T: folded into the (N,) row scale
+                g = g / ctx.temperature
             if resid is not None:
                 grads = _grad_from_resid(resid, g, h, w, *need)
             else:
-                grads = _grad_by_recompute(h, w, b, targets, token_lp, g, ctx.chunk, *need)
+                grads = _grad_by_recompute(h, w, b, targets, token_lp, g, ctx.chunk, *need, ctx.temperature)
         cast = [None if x is None else x.to(dt) for x, dt in zip(grads, ctx.dtypes)]
-        return (*cast, None, None, None, None)
+        return (*cast, None, None, None, None, None)
 
 
-def _logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stat: torch.dtype) -> torch.Tensor:
-    # .to(stat) is a no-op when the matmul already ran in stat; either way the result is a fresh tensor we own.
-    return torch.nn.functional.linear(h, w, b).to(stat)
+def _logits(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, stat: torch.dtype,
+            temperature: float = 1.0) -> torch.Tensor:
+    # .to(stat) is a no-op when the matmul already ran in stat; either way the result is a fresh tensor we own, so the
+    # temperature divides in place, in stat precision, as the engines divide their fp32 logits (pick_tokens).
+    logits = torch.nn.functional.linear(h, w, b).to(stat)
+    return logits if temperature == 1.0 else logits.div_(temperature)
 
 
 def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -79,7 +93,7 @@ def _stat_dtype(dtype: torch.dtype) -> torch.dtype:
 
 
 def _chunked_stats(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor, chunk: int,
-                   resid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+                   resid: torch.Tensor | None, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
     """Log-probs and entropies chunk by chunk; fills ``resid`` (if given) with softmax - onehot(targets)."""
     stat = _stat_dtype(h.dtype)
     n = h.shape[0]
@@ -87,7 +101,7 @@ def _chunked_stats(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, tar
     for s in range(0, n, chunk):
         e = min(n, s + chunk)
         # the fused log_softmax kernel: one pass fewer and no temporaries, unlike logsumexp + subtract
-        logp = torch.log_softmax(_logits(h[s:e], w, b, stat), -1)
+        logp = torch.log_softmax(_logits(h[s:e], w, b, stat, temperature), -1)
         token_lp[s:e] = logp.gather(1, targets[s:e, None]).squeeze(1)
         direct = resid is not None and resid.dtype == stat
         p = torch.exp(logp, out=resid[s:e]) if direct else logp.exp()
@@ -109,14 +123,14 @@ def _grad_from_resid(resid: torch.Tensor, g: torch.Tensor, h: torch.Tensor, w: t
 
 def _grad_by_recompute(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None, targets: torch.Tensor,
                        token_lp: torch.Tensor, g: torch.Tensor, chunk: int, need_h: bool, need_w: bool,
-                       need_b: bool) -> tuple:
+                       need_b: bool, temperature: float = 1.0) -> tuple:
     stat = g.dtype
     grad_h = torch.empty(h.shape, dtype=stat) if need_h else None
     grad_w = torch.zeros(w.shape, dtype=stat) if need_w else None  # accumulated over chunks: keep it in fp32
     grad_b = torch.zeros(w.shape[0], dtype=stat) if need_b else None
     for s in range(0, h.shape[0], chunk):
         e = min(h.shape[0], s + chunk)
-        resid = torch.softmax(_logits(h[s:e], w, b, stat), -1)
+        resid = torch.softmax(_logits(h[s:e], w, b, stat, temperature), -1)
         resid.scatter_(1, targets[s:e, None], torch.expm1(token_lp[s:e, None]))
         if need_b:
             grad_b -= resid.T @ g[s:e]
@@ -129,14 +143,16 @@ def _grad_by_recompute(h: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None,
 
 
 def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                          targets: torch.Tensor, *, chunk: int = 1024, store_probs: bool | None = None
-                          ) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(token_lp, entropy)`` (N,) each, fp32 (fp64 for fp64 inputs); gradients flow into ``token_lp``.
+                          targets: torch.Tensor, *, chunk: int = 1024, store_probs: bool | None = None,
+                          temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(token_lp, entropy)`` (N,) each, fp32 (fp64 for fp64 inputs), of ``softmax(logits / temperature)``;
+    gradients flow into ``token_lp``.
 
     The matmul dtype is the autocast dtype of ``hidden``'s device when autocast is on there (as ``F.linear`` would
     use), else the promoted dtype of ``hidden`` and ``weight``. ``store_probs=None`` stores ``Q`` (see
     ``LinearTokenLogprob``) when it fits ``PROB_STORE_BUDGET``.
     """
+    temperature = check_temperature(temperature)
     device = hidden.device.type
     if torch.is_autocast_enabled(device):
         dtype = torch.get_autocast_dtype(device)
@@ -146,10 +162,18 @@ def linear_token_logprobs(hidden: torch.Tensor, weight: torch.Tensor, bias: torc
     if not needs_grad:  # inference: no autograd node, nothing kept
         with torch.no_grad(), torch.autocast(device, enabled=False):
             b = None if bias is None else bias.to(dtype)
-            return _chunked_stats(hidden.to(dtype), weight.to(dtype), b, targets, max(1, chunk), None)
+            return _chunked_stats(hidden.to(dtype), weight.to(dtype), b, targets, max(1, chunk), None, temperature)
     if store_probs is None:
         store_probs = hidden.shape[0] * weight.shape[0] * dtype.itemsize <= PROB_STORE_BUDGET
-    return LinearTokenLogprob.apply(hidden, weight, bias, targets, max(1, chunk), store_probs, dtype)
+    return LinearTokenLogprob.apply(hidden, weight, bias, targets, max(1, chunk), store_probs, dtype, temperature)
+
+
+def check_temperature(temperature: float) -> float:
+    """``temperature`` as a float; a clear error unless it is finite and > 0 (greedy rollouts are scored at T = 1)."""
+    if isinstance(temperature, bool) or not isinstance(temperature, (int, float)) or not (
+            math.isfinite(temperature) and temperature > 0):
+        raise ValueError(f"temperature must be a finite number > 0 (use 1 for greedy rollouts), got {temperature!r}")
+    return float(temperature)
 
 
 def length_buckets(lengths: Sequence[int], slack: float | None) -> list[list[int]]:
@@ -178,9 +202,10 @@ def _check_prompts(prompt_ids: Sequence[Sequence[int]]) -> None:
 def response_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
                       response_ids: Sequence[Sequence[int]], *, chunk: int = 64, pad_id: int = 0,
                       autocast_bf16: bool = False, bucket_slack: float | None = 0.25,
-                      store_probs: bool | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(logprobs, entropies)``, each ``(B, W)`` fp32 (W = longest response), zero past each response's end.
-    Gradients flow into ``logprobs`` when grad is enabled; entropies are detached (for logging).
+                      store_probs: bool | None = None, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(logprobs, entropies)``, each ``(B, W)`` fp32 (W = longest response), zero past each response's end, of the
+    sampling distribution ``softmax(logits / temperature)``. Gradients flow into ``logprobs`` when grad is enabled;
+    entropies are detached (for logging and reward shaping).
 
     ``chunk``: the head handles ``chunk * B`` response tokens at a time (the memory of ``chunk`` positions of every
     row). ``bucket_slack``: see ``length_buckets`` (None: one batch padded to the longest row). ``store_probs``: see
@@ -188,6 +213,7 @@ def response_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]
     if len(prompt_ids) != len(response_ids) or not prompt_ids:
         raise ValueError(f"need as many prompts as responses (>= 1), got {len(prompt_ids)} and {len(response_ids)}")
     _check_prompts(prompt_ids)
+    temperature = check_temperature(temperature)
     n_rows, width = len(prompt_ids), max(1, max(len(r) for r in response_ids))
     lengths = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids)]
     # rows without response tokens need no forward, unless every row is empty (then one keeps the graph connected)
@@ -204,9 +230,9 @@ def response_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]
         hidden, target = torch.cat(feats), torch.cat(targets)
         if head is not None:
             lp, ent = linear_token_logprobs(hidden, head.weight, head.bias, target, chunk=chunk * n_rows,
-                                            store_probs=store_probs)
-        else:
-            logp = torch.log_softmax(hidden.float(), -1)
+                                            store_probs=store_probs, temperature=temperature)
+        else:  # the model's own (possibly soft-capped or scaled) logits; the temperature applies after them, as in vLLM
+            logp = torch.log_softmax(hidden.float() / temperature, -1)
             lp, ent = logp.gather(1, target[:, None]).squeeze(1), -(logp.exp() * logp).sum(-1)
     index = (torch.cat(rows), torch.cat(cols))
     out_lp = torch.zeros(n_rows, width, dtype=lp.dtype).index_put(index, lp)

@@ -29,6 +29,7 @@ from agents.grpo.logprobs import response_logprobs
 from agents.grpo.metrics import MetricsLog, plot_curves
 from agents.grpo.registry import STAGES, Component, build, get
 from agents.policy.fastpath import resolve_precision
+from rlvr_envs.core import step_single_turn
 
 # Keys a resumed run may change: how long it runs and how it reports, not what it computes.
 RESUME_MAY_CHANGE = frozenset({"steps", "out_dir", "progress", "plot", "eval_every", "checkpoint_every",
@@ -87,6 +88,8 @@ def _build_component(stage: str, cfg: TrainConfig) -> Component:
     cls_params = inspect.signature(get(stage, name)).parameters
     if "seed" in cls_params and "seed" not in params:
         params["seed"] = cfg.seed
+    if "norm_len" in cls_params and params.get("norm_len") is None:  # Dr.GRPO's constant: the longest response allowed
+        params["norm_len"] = cfg.max_new_tokens
     return build(stage, name, params)
 
 
@@ -112,6 +115,10 @@ class Trainer:
             from agents.policy.engine import make_engine
 
             engine = make_engine(policy, backend=cfg.engine, **({"precision": cfg.precision} if cfg.engine == "hf" else {}))
+        if not callable(getattr(engine, "sync_weights", None)):
+            raise TypeError(f"engine {type(engine).__name__} has no sync_weights(model): the trainer calls it after "
+                            f"every update so that rollouts come from the new weights (a no-op for an engine that "
+                            f"decodes from the model's own tensors)")
         if env is None or eval_env is None:
             import gymnasium as gym
 
@@ -155,7 +162,7 @@ class Trainer:
         for gid, n in requests.items():
             if n > 0:
                 by_n[int(n)].append(gid)
-        samples: list[Sample] = []
+        parts: list[GroupBatch] = []
         ctrl = self.components["generation_controller"]
         for call, n in enumerate(sorted(by_n)):
             gids = by_n[n]
@@ -166,10 +173,11 @@ class Trainer:
             rollouts = self.engine.generate([groups[g]["prompt"] for g in gids], n, sampling)
             if len(rollouts) != n * len(gids):
                 raise RuntimeError(f"engine returned {len(rollouts)} rollouts for {len(gids)} prompts x {n}")
+            samples: list[Sample] = []
             for k, ro in enumerate(rollouts):
                 gid = gids[k // n]
                 self.env.reset(options={"task_id": groups[gid]["task_id"]})
-                _, reward, _, _, info = self.env.step(ro.text)
+                reward, info = step_single_turn(self.env, ro.text)
                 samples.append(Sample(
                     group_id=gid, prompt=groups[gid]["prompt"], prompt_ids=list(ro.prompt_ids),
                     response_ids=list(ro.response_ids), text=ro.text, reward=float(reward),
@@ -177,7 +185,16 @@ class Trainer:
                     finish_reason=ro.finish_reason,
                     info={"task_id": groups[gid]["task_id"], "parsed_answer": info.get("parsed_answer"),
                           "format_ok": info.get("format_ok"), "answer": info.get("answer")}))
-        return GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer)
+            # Engines report log-probs of softmax(logits / T) (T = 1 when greedy); training takes the same T.
+            part = GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer,
+                                           temperature=sampling.temperature or 1.0)
+            # An engine without entropies (vLLM) would hand entropy-based shapers zeros: recompute those rows with
+            # the weights that sampled them, of the same distribution.
+            missing = [k for k, ro in enumerate(rollouts) if ro.response_ids and not ro.entropies]
+            if missing:
+                part.entropies[missing] = self._no_grad_stats(self.model, part, missing)[1][missing]
+            parts.append(part)
+        return GroupBatch.concat(parts)
 
     def collect(self) -> tuple[GroupBatch | None, dict[str, float]]:
         """Prompts -> rollouts in allocator rounds -> group transform, refilled while groups are missing."""
@@ -219,24 +236,29 @@ class Trainer:
     # -- update ----------------------------------------------------------------------------------------------------
     def _logprobs(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int]) -> tuple[torch.Tensor, ...]:
         return response_logprobs(model, [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows],
-                                 chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16)
+                                 chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16,
+                                 temperature=batch.temperature)
 
-    def _no_grad_logprobs(self, model: torch.nn.Module, batch: GroupBatch) -> torch.Tensor:
-        out = torch.zeros_like(batch.behaviour_logprobs)
+    def _no_grad_stats(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int] | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprobs, entropies)`` (B, W) of ``rows`` (default: all) in micro-batches; other rows stay 0."""
+        rows = list(range(len(batch))) if rows is None else rows
+        lp_out, ent_out = torch.zeros_like(batch.behaviour_logprobs), torch.zeros_like(batch.entropies)
         with torch.no_grad():
-            for start in range(0, len(batch), self.cfg.micro_batch):
-                rows = list(range(start, min(len(batch), start + self.cfg.micro_batch)))
-                lp, _ = self._logprobs(model, batch, rows)
-                out[rows, : lp.shape[1]] = lp.float()
-        return out
+            for start in range(0, len(rows), self.cfg.micro_batch):
+                part = rows[start:start + self.cfg.micro_batch]
+                lp, ent = self._logprobs(model, batch, part)
+                lp_out[part, : lp.shape[1]] = lp.float()
+                ent_out[part, : ent.shape[1]] = ent.float()
+        return lp_out, ent_out
 
     def update(self, batch: GroupBatch) -> dict[str, float]:
         cfg, loss_fn = self.cfg, self.components["loss"]
         self.model.train()
         if self.ref_model is not None:
-            batch.ref_logprobs = self._no_grad_logprobs(self.ref_model, batch)
+            batch.ref_logprobs = self._no_grad_stats(self.ref_model, batch)[0]
         if cfg.ppo_epochs > 1:
-            batch.old_logprobs = self._no_grad_logprobs(self.model, batch)
+            batch.old_logprobs = self._no_grad_stats(self.model, batch)[0]
         totals: dict[str, float] = defaultdict(float)
         ent_sum = 0.0
         params = [p for p in self.model.parameters() if p.requires_grad]
@@ -280,7 +302,7 @@ class Trainer:
         correct, rewards, lengths = [], [], []
         for tid, ro in zip(task_ids, rollouts):
             self.eval_env.reset(options={"task_id": tid})
-            _, reward, _, _, info = self.eval_env.step(ro.text)
+            reward, info = step_single_turn(self.eval_env, ro.text)
             correct.append(bool(info.get("correct", reward > 0)))
             rewards.append(float(reward))
             lengths.append(len(ro.response_ids))
@@ -326,6 +348,7 @@ class Trainer:
         for stage, c in self.components.items():
             c.load_state_dict(state["components"].get(stage, {}))
         checkpoint.set_rng_state(state["rng"])
+        self.engine.sync_weights(self.model)  # the engine was built from the initial weights
         self.step, self.rollouts_total = int(state["step"]), int(state["rollouts_total"])
         self.tokens_total = int(state.get("tokens_total", 0))
         self.metrics.truncate_after(self.step)
@@ -347,6 +370,8 @@ class Trainer:
         batch = comp["replay_buffer"](batch)
         upd = self.update(batch)
         comp["aggregator"].after_update(self.model, batch)
+        # After the update's last optimizer step (and any merge): the next rollouts and eval see the new weights.
+        self.engine.sync_weights(self.model)
         for c in comp.values():
             c.observe(batch)
         record.update(

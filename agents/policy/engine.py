@@ -84,7 +84,8 @@ class Rollout:
 
 class RolloutEngine(abc.ABC):
     """``generate`` returns ``n`` rollouts per prompt, prompt-major. ``seeds`` (one per prompt) overrides
-    ``sampling.seed``: rollout ``j`` of prompt ``i`` then depends only on ``(seeds[i], j)``."""
+    ``sampling.seed``: rollout ``j`` of prompt ``i`` then depends only on ``(seeds[i], j)``. ``sync_weights(model)``
+    makes later rollouts come from ``model``'s current weights (a trainer calls it after every update)."""
 
     backend: str = "?"
 
@@ -93,6 +94,9 @@ class RolloutEngine(abc.ABC):
         self, prompts: Sequence[str] | Sequence[Sequence[int]], n: int, sampling: SamplingParams,
         *, seeds: Sequence[int] | None = None,
     ) -> list[Rollout]: ...
+
+    @abc.abstractmethod
+    def sync_weights(self, model: Any) -> None: ...
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend}
@@ -296,6 +300,12 @@ class HFEngine(RolloutEngine):
         # transformers 5.x renamed the forward's `past_key_values` to `cache`; the cache object is updated in place.
         params = inspect.signature(self.model.forward).parameters
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
+
+    def sync_weights(self, model: Any) -> None:
+        """Nothing to copy: decoding reads the policy's own tensors, and the bf16 copy and the packed weights refresh
+        themselves when a weight's version changes."""
+        if model is not self.model:
+            raise ValueError("HFEngine decodes its policy's model; sync_weights got a different model")
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "max_batch_size": self.max_batch_size, "logprobs": "log_softmax(logits/T)",

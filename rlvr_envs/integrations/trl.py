@@ -29,10 +29,13 @@ def completion_text(completion: Any) -> str:
 
 
 def reward_fn(env_id: str, *, task_column: str = "task_id", env_kwargs: dict[str, Any] | None = None) -> RewardFunc:
-    """A TRL reward function scoring each completion with ``env_id``'s verifier (``env.reset(task_id)`` + ``step``)."""
+    """A TRL reward function scoring each completion with ``env_id``'s verifier (``env.reset(task_id)`` + ``step``).
+    Single-turn only: a completion that leaves a multi-turn env's episode open (a tool or search call) raises
+    ``NotImplementedError``."""
     import gymnasium as gym
 
     import rlvr_envs  # noqa: F401  (registers the rlvr/ ids)
+    from rlvr_envs.core import step_single_turn
 
     env = gym.make(env_id, **(env_kwargs or {}))
 
@@ -46,8 +49,8 @@ def reward_fn(env_id: str, *, task_column: str = "task_id", env_kwargs: dict[str
         rewards = []
         for task_id, completion in zip(task_ids, completions):
             env.reset(options={"task_id": str(task_id)})
-            _, r, _, _, _ = env.step(completion_text(completion))
-            rewards.append(float(r))
+            r, _ = step_single_turn(env, completion_text(completion))
+            rewards.append(r)
         return rewards
 
     reward.__name__ = f"rlvr_{env_id.split('/')[-1].replace('-', '_')}"
