@@ -8,6 +8,15 @@ import torch
 from agents.policy import SamplingParams, load_policy, make_engine
 from agents.policy.engine import HFEngine, cut_at_stop, new_cache, pick_tokens, rollout_seeds
 
+@pytest.fixture(scope="module", autouse=True)
+def _fp32_decoding():
+    # These tests compare decoding with fp32 teacher-forced passes to fp32 tolerances. On a CPU with bf16 hardware
+    # precision="auto" decodes with bf16 weights; that path is tested in test_policy_fastpath.py.
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("RLVR_CPU_BF16", "0")
+        yield
+
+
 PROMPTS = ["hello world", "a", "The quick brown fox jumps over the lazy dog. " * 2, "2+2="]
 
 
