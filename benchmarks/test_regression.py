@@ -6,7 +6,8 @@ direction did not reproduce when last measured carries ``known_result`` in its d
 expected failure with those numbers as the reason; it is never tuned until it passes.
 
 Results are keyed by code and recipe (``agents.grpo.regression``): a second run with nothing changed only reads them.
-Training runs live in ``runs/regression/`` (resumed if interrupted). ``--quick`` runs every comparison with the tiny
+Training runs live in ``$RLVR_RUNS_DIR`` (default ``$RLVR_CACHE_DIR/regression-runs``, outside the checkout so a
+later session finds them) and resume from their checkpoints if interrupted. ``--quick`` runs every comparison with the tiny
 model for two steps into a temporary folder: it checks that each runs, not its claim.
 
     pytest -s benchmarks/test_regression.py            # all comparisons (hours on 2 cores the first time)
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from agents.grpo.comparisons import comparisons
-from agents.grpo.regression import run_comparison
+from agents.grpo.regression import default_runs_dir, run_comparison
 
 ROOT = Path(__file__).resolve().parent.parent
 COMPARISONS = comparisons()
@@ -33,7 +34,7 @@ def test_comparison(name: str, request: pytest.FixtureRequest, tmp_path: Path) -
     comparison = COMPARISONS[name]
     quick = bool(request.config.getoption("--quick"))
     results = tmp_path / "results" if quick else ROOT / "benchmarks" / "results"
-    runs = tmp_path / "runs" if quick else ROOT / "runs" / "regression"
+    runs = tmp_path / "runs" if quick else default_runs_dir()
     result = run_comparison(comparison, results_dir=results, runs_dir=runs, quick=quick)
     lo, hi = result["interval"]
     line = (f"{name} on {result['lane']} ({len(result['seeds'])} seeds): {result['metric']} method "

@@ -1,6 +1,6 @@
 """The regression suite's runner: every declared comparison on its lane, with paired seeds, results reused by key.
 
-``run_comparison`` trains each (recipe, seed) of a comparison on its lane (``runs/regression/<recipe>-s<seed>-<key>``,
+``run_comparison`` trains each (recipe, seed) of a comparison on its lane (``<runs_dir>/<recipe>-s<seed>-<key>``,
 resumed from its checkpoint if a run was interrupted), summarizes them (``agents.grpo.comparisons.summarize``) and writes
 ``benchmarks/results/<method>.json`` plus a PNG of the held-out accuracy curves.
 
@@ -33,6 +33,14 @@ _NOT_KEYED = frozenset({"out_dir", "progress", "plot", "description", "checkpoin
 QUICK_OVERRIDES = ("model=tiny", "steps=2", "prompts_per_step=2", "max_new_tokens=12", "eval_size=4", "eval_every=1",
                    "eval_max_new_tokens=12", "micro_batch=16", "checkpoint_every=0")
 QUICK_SEEDS = (0, 1)
+
+
+def default_runs_dir() -> Path:
+    """Where suite runs train: ``$RLVR_RUNS_DIR``, else ``$RLVR_CACHE_DIR/regression-runs`` (outside the checkout, so a
+    fresh clone of the repository on the same machine reuses and resumes them)."""
+    from agents.policy.models import cache_dir
+
+    return Path(os.environ.get("RLVR_RUNS_DIR") or cache_dir() / "regression-runs")
 
 
 def code_hash(paths: tuple[str, ...] = CODE_PATHS) -> str:

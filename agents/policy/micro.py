@@ -59,7 +59,7 @@ class MicroConfig:
     num_layers: int = 4
     num_heads: int = 6
     # supervised warm start
-    steps: int = 300
+    steps: int = 500
     batch_size: int = 32
     lr: float = 2e-3
     warmup_steps: int = 30
