@@ -3,8 +3,9 @@
 ``pytest benchmarks/test_gold_answers.py -s`` prints one line per dataset (tasks, gold verified, neighbours accepted,
 those accepted one way only, seconds). MATH train (7498 tasks, ~6 min on 2 cores) runs only with ``RLVR_BENCH_FULL=1``.
 A neighbour that is accepted must be the same value written differently (``5`` vs ``x=5``, ``120`` vs
-``120^\\circ``): as in ``tests/test_verifier_math.py``, every accepted pair must then verify the other way round
-too (the neighbour as gold, the task's answer as response); a pair accepted one way only fails the sweep.
+``120^\\circ``, ``7\\%`` vs ``7``, ``21\\text{ dogs}`` vs ``21``: Math-Verify drops labels, degrees, percent signs and
+text units): as in ``tests/test_verifier_math.py``, every accepted pair must then verify the other way round too (the
+neighbour as gold, the task's answer as response); a pair accepted one way only fails the sweep.
 """
 
 import os
