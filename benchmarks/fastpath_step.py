@@ -8,8 +8,10 @@ differ from the current ones (so ratios move and some clip), AdamW (lr 1e-6).
   loss, backward, ``torch.optim.AdamW`` with its default (foreach) implementation. What a plain training loop does.
 - ``fast``: what ``agents.grpo`` runs: ``response_logprobs`` (length buckets, chunked fused head, no full logits),
   bf16 autocast when ``resolve_precision("auto")`` says the CPU multiplies bf16 (fp32 otherwise), fused AdamW.
-- ``compare``: loss and gradient of both on the same weights and batch (no optimizer step): relative loss difference
-  and the cosine similarity of the flattened gradients.
+- ``compare``: loss and gradient of both on the same weights and batch (no optimizer step): relative loss difference,
+  cosine similarity and relative error (L2) of the flattened gradients, against the naive fp32 step. With bf16 the
+  same three figures (``autocast_*``) also against the naive step under the same bf16 autocast, which separates
+  what bf16 itself costs from what the fast path adds.
 
 - ``interleaved``: naive and fast steps alternate in one process (same weights; each has its own AdamW), so that the
   slow phases of a shared machine hit both alike.
@@ -118,16 +120,21 @@ def main() -> None:
     if args.mode == "compare":
         out = {"mode": "compare", "bf16": bf16}
         grads = {}
-        for name in ("naive", "fast"):
+        for name in ("naive", "fast") + (("naive_autocast",) if bf16 else ()):
             model.zero_grad(set_to_none=True)
-            lp = naive_logprobs(model, ids) if name == "naive" else fast_logprobs(model, ids, bf16)
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "naive_autocast"):
+                lp = fast_logprobs(model, ids, bf16) if name == "fast" else naive_logprobs(model, ids)
             loss = ppo_loss(lp, old, adv)
             loss.backward()
             out[f"loss_{name}"] = float(loss.detach())
             grads[name] = torch.cat([p.grad.flatten().double() for p in params])
-        out["loss_rel_diff"] = abs(out["loss_fast"] - out["loss_naive"]) / max(1e-12, abs(out["loss_naive"]))
-        out["grad_cosine"] = float(torch.nn.functional.cosine_similarity(grads["naive"], grads["fast"], dim=0))
-        out["grad_rel_err"] = float((grads["fast"] - grads["naive"]).norm() / grads["naive"].norm())
+        for prefix, ref in (("", "naive"), ("autocast_", "naive_autocast")):
+            if ref not in grads:
+                continue
+            out[f"{prefix}loss_rel_diff"] = (abs(out["loss_fast"] - out[f"loss_{ref}"])
+                                             / max(1e-12, abs(out[f"loss_{ref}"])))
+            out[f"{prefix}grad_cosine"] = float(torch.nn.functional.cosine_similarity(grads[ref], grads["fast"], dim=0))
+            out[f"{prefix}grad_rel_err"] = float((grads["fast"] - grads[ref]).norm() / grads[ref].norm())
         print(json.dumps(out), flush=True)
         return
     optimizers = {m: torch.optim.AdamW(params, lr=1e-6, fused=m == "fast") for m in ("naive", "fast")}

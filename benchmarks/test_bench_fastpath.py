@@ -3,7 +3,11 @@
 1. ``test_training_step``: the reference step (``fastpath_step.py``: SmolLM2-135M, all parameters, 8 x (64 + 192)
    tokens, PPO-clip, AdamW). One process alternates naive and fast steps (median wall and CPU time of ``STEPS``
    each); naive and fast then run alone, one process each, for their peak RSS. A last process checks the fast loss
-   and gradient against the naive fp32 ones on the same weights (loss within 1e-2 relative, gradient cosine >= 0.99).
+   and gradient in fp32 against the naive fp32 ones on the same weights (``FP32_TOL``: only summation order differs;
+   measured loss rel diff 0, gradient rel err ~1e-6). Where the fast path runs in bf16, one more process checks the
+   bf16 fast step (``BF16_TOL``): against the naive fp32 step with bf16-sized tolerances (bf16 autocast alone moves
+   this gradient by ~25%, cosine ~0.975, measured on an AVX512-BF16 CPU), and against the naive step under the same
+   autocast with tight ones (measured loss rel diff 0, gradient rel err 6e-3), so the fast path adds little of its own.
    Speed target: >= 2.5x where the CPU multiplies bf16 in hardware (``resolve_precision("auto") == "bf16"``); on a
    CPU without it the fast path stays fp32 and the target is no slowdown (>= 1.0x), as the issue says.
 2. ``test_grpo_run``: a short GRPO run on rlvr/Arithmetic-v0 (same recipe, same seeds) in the plain fp32 path
@@ -35,6 +39,13 @@ from agents.policy.models import smollm2_gguf_path
 STEPS = int(os.environ.get("RLVR_BENCH_STEPS", "4"))
 GRPO_STEPS = int(os.environ.get("RLVR_BENCH_GRPO_STEPS", "6"))
 ACC_TOLERANCE = 0.1  # held-out accuracy difference allowed between the two runs (about 5 of 48 tasks)
+# Fast vs naive step on the same weights and batch. fp32: the same arithmetic in another order (chunked head, length
+# buckets, fused kernels). Bounds are ~100x what was measured (loss 0, gradient rel err 9e-7, cosine 1 - 5e-13).
+FP32_TOL = {"loss_rel_diff": 1e-5, "grad_cosine": 0.99999, "grad_rel_err": 1e-4}
+# bf16 autocast: vs the fp32 step (measured 7e-4, 0.974, 0.25: plain autocast alone gives the same) and vs the naive
+# step under the same autocast (measured 0, 0.99998, 6e-3).
+BF16_TOL = {"loss_rel_diff": 5e-3, "grad_cosine": 0.95, "grad_rel_err": 0.35,
+            "autocast_loss_rel_diff": 1e-3, "autocast_grad_cosine": 0.9995, "autocast_grad_rel_err": 0.03}
 STEP_SCRIPT = Path(__file__).with_name("fastpath_step.py")
 ROOT = STEP_SCRIPT.parent.parent
 
@@ -47,12 +58,23 @@ def _needs_smollm2():
         pytest.skip(str(e))
 
 
-def _step_process(mode: str, steps: int) -> dict:
+def _step_process(mode: str, steps: int, precision: str = "auto") -> dict:
     env = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE", "PYTHONPATH": str(ROOT)}
-    out = subprocess.run([sys.executable, str(STEP_SCRIPT), mode, "--steps", str(steps)], capture_output=True,
-                         text=True, env=env, cwd=ROOT, timeout=3600)
+    out = subprocess.run([sys.executable, str(STEP_SCRIPT), mode, "--steps", str(steps), "--precision", precision],
+                         capture_output=True, text=True, env=env, cwd=ROOT, timeout=3600)
     assert out.returncode == 0, out.stderr[-3000:]
     return json.loads([line for line in out.stdout.splitlines() if line.startswith("{")][-1])
+
+
+def _outside(check: dict, tol: dict) -> list[str]:
+    """The figures of a ``compare`` run that miss their bound (cosines are lower bounds, the rest upper bounds)."""
+    return [f"{k} {check[k]:.3g} (bound {b})" for k, b in tol.items()
+            if (check[k] < b if k.endswith("cosine") else check[k] > b)]
+
+
+def _print_check(label: str, check: dict, prefix: str = "") -> None:
+    print(f"{label}: loss rel diff {check[prefix + 'loss_rel_diff']:.2e}, gradient cosine "
+          f"{check[prefix + 'grad_cosine']:.6f}, gradient rel err {check[prefix + 'grad_rel_err']:.2e}")
 
 
 @pytest.mark.timeout(7200)
@@ -60,7 +82,8 @@ def test_training_step():
     bf16 = resolve_precision("auto", "cpu") == "bf16"
     timing = _step_process("interleaved", STEPS)
     peak = {m: _step_process(m, 1)["peak_rss_mb"] for m in ("naive", "fast")}
-    check = _step_process("compare", 0)
+    check = _step_process("compare", 0, "fp32")
+    check_bf16 = _step_process("compare", 0, "bf16") if bf16 else None
     median = {m: statistics.median(ts) for m, ts in timing["step_s"].items()}
     cpu = {m: statistics.median(ts) for m, ts in timing["cpu_s"].items()}
     speedup, cpu_speedup = median["naive"] / median["fast"], cpu["naive"] / cpu["fast"]
@@ -72,10 +95,14 @@ def test_training_step():
     for m in ("naive", "fast"):
         steps = ", ".join(f"{t:.1f}" for t in timing["step_s"][m])
         print(f"| {m} | {median[m]:.2f} | {steps} | {cpu[m]:.1f} | {peak[m]:.0f} |")
-    print(f"speed-up {speedup:.2f}x wall, {cpu_speedup:.2f}x CPU time (target >= {target}x); loss rel diff "
-          f"{check['loss_rel_diff']:.2e}, gradient cosine {check['grad_cosine']:.6f}, gradient rel err "
-          f"{check['grad_rel_err']:.2e}")
-    assert check["loss_rel_diff"] <= 1e-2 and check["grad_cosine"] >= 0.99, check
+    print(f"speed-up {speedup:.2f}x wall, {cpu_speedup:.2f}x CPU time (target >= {target}x)")
+    _print_check("fp32 fast step vs fp32 naive step", check)
+    if check_bf16:
+        _print_check("bf16 fast step vs fp32 naive step", check_bf16)
+        _print_check("bf16 fast step vs naive step under bf16 autocast", check_bf16, "autocast_")
+    assert not check["bf16"] and not _outside(check, FP32_TOL), _outside(check, FP32_TOL)
+    if check_bf16:
+        assert check_bf16["bf16"] and not _outside(check_bf16, BF16_TOL), _outside(check_bf16, BF16_TOL)
     assert peak["fast"] <= peak["naive"], peak
     assert speedup >= target, f"fast step {speedup:.2f}x the naive one, target {target}x"
 
