@@ -300,3 +300,19 @@ def test_precision_setting_reaches_the_update(tmp_path, precision):
     assert next(iter(t.optimizer.param_groups))["fused"]  # fused AdamW on CPU
     train = [r for r in t.run(resume=False) if r["kind"] == "train"]
     assert len(train) == 2 and all(torch.isfinite(torch.tensor([r["loss"], r["grad_norm"]])).all() for r in train)
+
+
+def test_sampled_eval_reports_mean_at_k_with_per_task_counts(tmp_path):
+    t = trainer(tmp_path / "ev", steps=0, eval_size=4, eval_temperature=1.0, eval_samples=3)
+    ev = t.evaluate()
+    assert ev["eval_samples"] == 3 and len(ev["eval_correct"]) == 4
+    assert all(0 <= c <= 3 for c in ev["eval_correct"])
+    assert ev["eval_accuracy"] == pytest.approx(sum(ev["eval_correct"]) / 12)
+    assert t.evaluate()["eval_correct"] == ev["eval_correct"]  # a fixed eval seed: the same draws every time
+    greedy = trainer(tmp_path / "g", steps=0, eval_size=4).evaluate()
+    assert greedy["eval_samples"] == 1 and set(greedy["eval_correct"]) <= {"0", "1"}
+
+
+def test_greedy_eval_with_several_samples_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="greedy"):
+        trainer(tmp_path / "x", eval_samples=4)

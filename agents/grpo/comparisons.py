@@ -8,7 +8,7 @@ same prompts, and are scored on the same held-out tasks.
 
 Metrics (``value(records)`` per run; the difference is method minus baseline):
 
-- ``final_accuracy``: held-out greedy accuracy after the last step. Interval: paired bootstrap over seeds and, within
+- ``final_accuracy``: held-out accuracy after the last step (as the lane evaluates: greedy, or mean@k at a temperature). Interval: paired bootstrap over seeds and, within
   a seed, over held-out tasks (both runs of a seed answer the same tasks).
 - ``accuracy_auc``: mean held-out accuracy over every eval of the run (step 0 included): how fast it learns.
 - ``rollouts_to_target``: rollouts generated until held-out accuracy first reaches ``start + gain`` (``gain`` from the
@@ -152,10 +152,15 @@ def paired_bootstrap(method_bits: Sequence[Sequence[int]], baseline_bits: Sequen
     return (float(lo), float(hi))
 
 
-def final_bits(records: Sequence[dict[str, Any]]) -> list[int] | None:
-    """Per-task correctness of the last held-out eval (``eval_correct``: a string of 0/1), if recorded."""
-    bits = evals(records)[-1].get("eval_correct")
-    return None if bits is None else [int(c) for c in bits]
+def final_bits(records: Sequence[dict[str, Any]]) -> list[float] | None:
+    """Per-task accuracy of the last held-out eval, if recorded (``eval_correct``: a 0/1 string for one sample per
+    task, else correct counts out of ``eval_samples``)."""
+    last = evals(records)[-1]
+    per_task = last.get("eval_correct")
+    if per_task is None:
+        return None
+    k = int(last.get("eval_samples", 1))
+    return [int(c) / k for c in per_task]
 
 
 def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]]],

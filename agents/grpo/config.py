@@ -61,6 +61,8 @@ class TrainConfig:
     eval_every: int = 10  # 0 = only before and after
     eval_size: int = 64
     eval_max_new_tokens: int | None = None
+    eval_temperature: float = 0.0  # 0 = greedy; a lane may evaluate at its sampling temperature instead
+    eval_samples: int = 1  # samples per held-out task (eval_accuracy = mean over them: mean@k)
     checkpoint_every: int = 10
     keep_checkpoints: int = 1
     out_dir: str = "runs/grpo"
@@ -85,7 +87,10 @@ class TrainConfig:
         unknown = set(self.params) - set(STAGES)
         if unknown:
             raise ValueError(f"unknown stage(s) {sorted(unknown)} in [params]; stages: {', '.join(STAGES)}")
-        for name, lo in (("steps", 0), ("prompts_per_step", 1), ("max_new_tokens", 1), ("micro_batch", 1),
+        if self.eval_temperature < 0 or (self.eval_temperature == 0 and self.eval_samples > 1):
+            raise ValueError(f"eval_samples={self.eval_samples} at eval_temperature={self.eval_temperature}: greedy "
+                             "samples are all the same; use eval_samples=1 or a temperature > 0")
+        for name, lo in (("steps", 0), ("eval_samples", 1), ("prompts_per_step", 1), ("max_new_tokens", 1), ("micro_batch", 1),
                          ("ppo_epochs", 1), ("eval_size", 0), ("checkpoint_every", 0), ("keep_checkpoints", 1)):
             if int(getattr(self, name)) < lo:
                 raise ValueError(f"{name} must be >= {lo}, got {getattr(self, name)}")

@@ -67,20 +67,25 @@ def resolve(comparison: Comparison, recipe: str, seed: int, *, quick: bool = Fal
 
 def train_run(cfg: TrainConfig, runs_dir: Path, code: str, *, log: Any = None) -> tuple[list[dict[str, Any]], str]:
     """Train (or reuse, or resume) one run; returns its metrics records and its key."""
+    from filelock import FileLock
+
     from agents.grpo.metrics import MetricsLog
     from agents.grpo.trainer import Trainer
 
     key = run_key(cfg, code)
     out = runs_dir / f"{Path(cfg.out_dir).name}-s{cfg.seed}-{key}"
     done = out / "done.json"
-    if done.is_file():
-        return MetricsLog(out / "metrics.jsonl").read(), key
-    cfg.out_dir = str(out)
-    t0 = time.perf_counter()
-    if log:
-        log(f"train {out.name} ({cfg.steps} steps)")
-    records = Trainer(cfg).run(resume=True)
-    done.write_text(json.dumps({"key": key, "wall_s": time.perf_counter() - t0}))
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    # Comparisons share baseline runs; two suite processes wait for each other instead of training one run twice.
+    with FileLock(str(out) + ".lock"):
+        if done.is_file():
+            return MetricsLog(out / "metrics.jsonl").read(), key
+        cfg.out_dir = str(out)
+        t0 = time.perf_counter()
+        if log:
+            log(f"train {out.name} ({cfg.steps} steps)")
+        records = Trainer(cfg).run(resume=True)
+        done.write_text(json.dumps({"key": key, "wall_s": time.perf_counter() - t0}))
     return records, key
 
 

@@ -286,7 +286,9 @@ class Trainer:
 
     # -- evaluation ------------------------------------------------------------------------------------------------
     def evaluate(self) -> dict[str, float]:
-        """Greedy decoding on the first ``eval_size`` tasks of the held-out env, scored by the env (base reward)."""
+        """The first ``eval_size`` tasks of the held-out env, ``eval_samples`` each at ``eval_temperature`` (greedy by
+        default), scored by the env (base reward). Sampling draws from a seed fixed for the run, so every eval of a
+        run, and the paired runs of two methods with one seed, use the same random numbers."""
         n = min(self.cfg.eval_size, len(self.eval_env.unwrapped.source))
         if n == 0:
             return {}
@@ -296,20 +298,25 @@ class Trainer:
             _, info = self.eval_env.reset(options={"index": i})
             prompts.append(self.policy.prompt_text(info["messages"]))
             task_ids.append(info["task_id"])
-        sampling = make_sampling(temperature=0.0, max_new_tokens=self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens,
+        k = self.cfg.eval_samples
+        sampling = make_sampling(temperature=self.cfg.eval_temperature,
+                                 max_new_tokens=self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens,
                                  seed=self.cfg.seed)
-        rollouts = self.engine.generate(prompts, 1, sampling)
+        rollouts = self.engine.generate(prompts, k, sampling)
         correct, rewards, lengths = [], [], []
-        for tid, ro in zip(task_ids, rollouts):
-            self.eval_env.reset(options={"task_id": tid})
+        for j, ro in enumerate(rollouts):
+            self.eval_env.reset(options={"task_id": task_ids[j // k]})
             reward, info = step_single_turn(self.eval_env, ro.text)
             correct.append(bool(info.get("correct", reward > 0)))
             rewards.append(float(reward))
             lengths.append(len(ro.response_ids))
-        # eval_correct: per-task bits in task order, so two runs on the same tasks can be compared pairwise
+        per_task = np.asarray(correct, dtype=int).reshape(n, k).sum(axis=1)
+        # eval_correct: per-task results in task order (a 0/1 string, or correct counts out of eval_samples), so two
+        # runs on the same tasks can be compared pairwise
         return {"eval_accuracy": float(np.mean(correct)), "eval_reward": float(np.mean(rewards)),
-                "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_s": time.perf_counter() - t0,
-                "eval_correct": "".join("1" if c else "0" for c in correct)}
+                "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_samples": k,
+                "eval_s": time.perf_counter() - t0,
+                "eval_correct": "".join(str(c) for c in per_task) if k == 1 else per_task.tolist()}
 
     # -- checkpoints -----------------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
