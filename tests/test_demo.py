@@ -20,6 +20,11 @@ def test_demo_with_tiny_model_fills_boards_and_renders(tmp_path, data_dir, capsy
     for board in ("arithmetic", "countdown"):
         assert len(json.loads((out / "boards" / f"{board}.json").read_text())["entries"]) == 1
     assert "page:" in capsys.readouterr().out
+    # Another scale is another task set: the board refuses it with a note, the run still finishes and renders.
+    assert main(["demo", "--model", "tiny", "--scale", "0.1", "--out", str(out)]) == 0
+    assert "is pinned to" in capsys.readouterr().out
+    for board in ("arithmetic", "countdown"):
+        assert len(json.loads((out / "boards" / f"{board}.json").read_text())["entries"]) == 1
 
 
 def test_sweep_reports_gold_one_and_random_zero(capsys):

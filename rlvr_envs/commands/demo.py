@@ -64,7 +64,10 @@ def run(args: argparse.Namespace) -> int:
         try:
             submit(results_file, board, boards_dir=boards, label="demo")
         except SubmissionRejected as exc:
-            if "already on board" not in str(exc):
+            if "is pinned to" in str(exc):  # an earlier demo in this --out used another --scale (another task set)
+                print(f"note: not added to board {board!r} in {boards}: {exc}. Use another --out to compare this "
+                      f"scale on a board of its own.", flush=True)
+            elif "already on board" not in str(exc):
                 raise
         print(format_board(load_board(board_path(board, boards))))
     site = render_site(boards, out / "site")
