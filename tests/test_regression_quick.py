@@ -75,3 +75,19 @@ def test_summarize_final_accuracy_pairs_tasks() -> None:
     assert out["difference"] == pytest.approx(0.5) and out["interval_kind"].startswith("paired bootstrap")
     lo, hi = out["interval"]
     assert 0.3 < lo < 0.5 < hi < 0.7 and out["significant"]
+
+
+def test_run_keys_ignore_declarations_but_not_code(tmp_path, monkeypatch):
+    import agents.grpo.regression as regression
+
+    method = tmp_path / "agents" / "methods" / "m.py"
+    method.parent.mkdir(parents=True)
+    body = "def f(x):\n    return x + 1\n"
+    method.write_text(body + "\ndeclare(Comparison('m', 'grpo', 'final_accuracy', 'higher', 'claim'))\n")
+    monkeypatch.setattr(regression, "ROOT", tmp_path)
+    before = regression.code_hash(("agents/methods",))
+    method.write_text(body + "\ndeclare(Comparison('m', 'grpo', 'final_accuracy', 'higher', 'claim',\n"
+                             "                   known_result='measured: +0.01 [-0.02, 0.04]'))\n")
+    assert regression.code_hash(("agents/methods",)) == before  # recording a result keeps the runs
+    method.write_text(body.replace("x + 1", "x + 2") + "\ndeclare(Comparison('m', 'grpo', 'final_accuracy', 'higher', 'c'))\n")
+    assert regression.code_hash(("agents/methods",)) != before  # a change to what runs retrains

@@ -15,6 +15,7 @@ end (``make test`` does this for every comparison) and says nothing about the cl
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -26,8 +27,12 @@ from agents.grpo.comparisons import Comparison, evals, summarize
 from agents.grpo.config import TrainConfig, load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
-CODE_PATHS = ("agents/grpo", "agents/policy", "agents/methods", "agents/lanes", "agents/recipes", "rlvr_envs/core.py",
-              "rlvr_envs/extract.py", "rlvr_envs/tasks", "rlvr_envs/verifiers")
+# The code that decides what a run computes. The resolved recipe (lane included) is hashed separately, so recipe and
+# lane files are not listed; reporting code (this file, comparisons, publishing, plots) is left out, and so are the
+# `declare(...)` statements in method files: recording a measured result must not invalidate the runs it came from.
+CODE_PATHS = ("agents/grpo/trainer.py", "agents/grpo/batch.py", "agents/grpo/logprobs.py", "agents/grpo/registry.py",
+              "agents/grpo/config.py", "agents/grpo/checkpoint.py", "agents/grpo/baselines.py", "agents/methods",
+              "agents/policy", "rlvr_envs/core.py", "rlvr_envs/extract.py", "rlvr_envs/tasks", "rlvr_envs/verifiers")
 # Fields that do not change what a run computes.
 _NOT_KEYED = frozenset({"out_dir", "progress", "plot", "description", "checkpoint_every", "keep_checkpoints"})
 QUICK_OVERRIDES = ("model=tiny", "steps=2", "prompts_per_step=2", "max_new_tokens=12", "eval_size=4", "eval_every=1",
@@ -43,15 +48,24 @@ def default_runs_dir() -> Path:
     return Path(os.environ.get("RLVR_RUNS_DIR") or cache_dir() / "regression-runs")
 
 
+def _without_declarations(source: str) -> str:
+    """Python source less its top-level ``declare(...)`` statements (normalized through the AST)."""
+    tree = ast.parse(source)
+    tree.body = [node for node in tree.body if not (
+        isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
+        and getattr(node.value.func, "id", None) == "declare")]
+    return ast.unparse(tree)
+
+
 def code_hash(paths: tuple[str, ...] = CODE_PATHS) -> str:
     h = hashlib.sha256()
     for rel in paths:
         base = ROOT / rel
-        files = sorted(base.rglob("*")) if base.is_dir() else [base]
+        files = sorted(base.rglob("*.py")) if base.is_dir() else [base]
         for f in files:
-            if f.is_file() and f.suffix in (".py", ".toml") and "__pycache__" not in f.parts:
+            if f.is_file() and "__pycache__" not in f.parts:
                 h.update(str(f.relative_to(ROOT)).encode())
-                h.update(f.read_bytes())
+                h.update(_without_declarations(f.read_text()).encode())
     return h.hexdigest()[:16]
 
 
