@@ -8,6 +8,7 @@ import torch
 from agents.policy import SamplingParams, load_policy, make_engine
 from agents.policy.engine import HFEngine, cut_at_stop, new_cache, pick_tokens, rollout_seeds
 
+
 @pytest.fixture(scope="module", autouse=True)
 def _fp32_decoding():
     # These tests compare decoding with fp32 teacher-forced passes to fp32 tolerances. On a CPU with bf16 hardware
