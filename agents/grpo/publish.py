@@ -85,12 +85,16 @@ def final_policy(run_dir: str | os.PathLike, *, method: str | None = None) -> An
     the seed, ``micro-countdown`` the cached warm start, ``smollm2``) with the newest checkpoint's trainable parameters
     copied in. Its name is the board label (``<model> + <method> (seed <s>)``) and its ``weights_hash`` hashes the
     loaded weights. Raises ``RunNotPublishable`` when the run has no checkpoint or the checkpoint does not fit."""
+    run_dir = Path(run_dir)
+    state, path = _final_state(run_dir)
+    return _policy(run_dir, state, path, method)
+
+
+def _policy(run_dir: Path, state: Mapping[str, Any], path: Path, method: str | None) -> Any:
     import torch
 
     from agents.policy.models import Policy, load_policy, weights_hash
 
-    run_dir = Path(run_dir)
-    state, path = _final_state(run_dir)
     cfg = _config(state, path)
     base = load_policy(cfg.model, dtype=cfg.dtype, seed=cfg.seed)
     params = dict(base.model.named_parameters())
@@ -174,10 +178,14 @@ def mean_prompt_tokens(policy: Any, env_id: str, env_kwargs: Mapping[str, Any], 
 
 def training_block(run_dir: str | os.PathLike, policy: Any, *, method: str) -> dict[str, Any]:
     """The board entry's ``training`` block: the run's self-reported cost and learning curve (not re-verifiable)."""
-    from agents.grpo.metrics import MetricsLog
-
     run_dir = Path(run_dir)
     state, path = _final_state(run_dir)
+    return _training(run_dir, state, path, policy, method)
+
+
+def _training(run_dir: Path, state: Mapping[str, Any], path: Path, policy: Any, method: str) -> dict[str, Any]:
+    from agents.grpo.metrics import MetricsLog
+
     cfg = _config(state, path)
     step = int(state.get("step", 0))
     records = [r for r in MetricsLog(run_dir / "metrics.jsonl").read() if int(r.get("step", -1)) <= step]
@@ -230,7 +238,7 @@ def publish_run(run_dir: str | os.PathLike, *, boards_dir: str | os.PathLike | N
     if n_tasks < 1:
         raise RunNotPublishable(f"{run_dir}: eval_size is {cfg.eval_size}; pass limit >= 1 held-out tasks")
     method = method or method_name(cfg, run_dir)
-    policy = final_policy(run_dir, method=method)
+    policy = _policy(run_dir, state, path, method)  # the checkpoint is read once (it holds the optimizer state too)
     sampling = SamplingParams(temperature=0.0, max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens)
     # the hf engine at the run's decoding precision, whatever engine trained it: one decoder for every method
     agent = PolicyAgent(policy, make_engine(policy, "hf", precision=cfg.precision), sampling)
@@ -238,7 +246,7 @@ def publish_run(run_dir: str | os.PathLike, *, boards_dir: str | os.PathLike | N
     out = out_dir / f"{board}-{method}-s{cfg.seed}.json"
     evaluate(agent, cfg.env, env_kwargs={**cfg.env_kwargs, **cfg.eval_env_kwargs}, n_samples=1, seed=0,
                        limit=n_tasks, batch_size=64, out=out, resume=True, progress=progress)
-    training = training_block(run_dir, policy, method=method)
+    training = _training(run_dir, state, path, policy, method)
     return submit(out, board, boards_dir=boards_dir, label=label, training=training)
 
 
