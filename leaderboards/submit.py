@@ -19,7 +19,7 @@ def main(argv: list[str] | None = None) -> int:
     from rlvr_envs.commands.leaderboard import configure, run
 
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv and not {"submit", "create", "migrate", "show", "render", "-h", "--help"} & set(argv):
+    if argv and not {"submit", "publish", "create", "migrate", "show", "render", "-h", "--help"} & set(argv):
         argv.insert(0, "submit")  # the default action: `submit.py results.json --board NAME`
     parser = argparse.ArgumentParser(prog="leaderboards/submit.py", description=__doc__.splitlines()[0])
     configure(parser)

@@ -1,4 +1,4 @@
-"""``rlvr leaderboard submit|create|migrate|show|render``: verified boards, one per benchmark."""
+"""``rlvr leaderboard submit|publish|create|migrate|show|render``: verified boards, one per benchmark."""
 
 from __future__ import annotations
 
@@ -25,6 +25,17 @@ def configure(p: argparse.ArgumentParser) -> None:
     s.add_argument("--board", required=True, help="board name (one per benchmark), e.g. arithmetic")
     s.add_argument("--label", default=None, help="a short label for this entry")
     s.set_defaults(func=run)
+    pb = actions.add_parser("publish", help="evaluate a finished training run's final policy on its lane's held-out "
+                            "tasks and submit it, with its training cost and learning curve", parents=[common])
+    pb.add_argument("run_dir", help="a finished run's out_dir (holds checkpoints/ and metrics.jsonl)")
+    pb.add_argument("--board", default=None, help="board name (default: lane-<the run's lane>)")
+    pb.add_argument("--method", default=None, help="method name for the model label (default: the built-in recipe "
+                    "whose stages and params the run used, else the run folder's name)")
+    pb.add_argument("--label", default=None, help="a short label for this entry")
+    pb.add_argument("--results-dir", default=None, help="where the results file goes (default: RUN_DIR/published)")
+    pb.add_argument("--limit", type=int, default=None, help="held-out tasks (default: the run's eval_size; a board "
+                    "pinned to another count rejects the entry)")
+    pb.set_defaults(func=run)
     c = actions.add_parser("create", help="create an empty board pinned to the first --limit tasks of an env and "
                            "--samples samples per task (otherwise the first submission sets the pin)", parents=[common])
     c.add_argument("name", help="board name")
@@ -56,6 +67,15 @@ def run(args: argparse.Namespace) -> int:
             m = entry["metrics"]
             print(f"accepted on board {args.board!r} ({path}): {entry['model']} accuracy={m['accuracy']:.4f} "
                   f"over {entry['n_tasks']} tasks x {entry['n_samples']} samples (entry {entry['id']})")
+            return 0
+        if args.action == "publish":
+            from agents.grpo.publish import describe_entry, publish_run
+
+            entry = publish_run(args.run_dir, boards_dir=args.boards_dir, board=args.board, method=args.method,
+                                label=args.label, results_dir=args.results_dir, limit=args.limit, progress=True)
+            board = args.board or f"lane-{entry['training']['lane']}"
+            print(f"accepted on board {board!r} ({lb.board_path(board, args.boards_dir)}), entry {entry['id']}: "
+                  + describe_entry(entry))
             return 0
         if args.action == "create":
             env_kwargs = json.loads(args.env_kwargs)

@@ -9,12 +9,16 @@ cannot outrank the others.
 (``env.unwrapped.score``), recomputes every metric and rejects any disagreement with the claimed numbers, then appends
 under a file lock with an atomic replace: concurrent submits lose nothing and a crash mid-write leaves the old board.
 Token counts are the agent's own report and cannot be re-derived without the model; they are taken as claimed.
+An entry may carry a ``training`` block (a trained run's method, seed, cost and learning curve; see
+``agents.grpo.publish``): it is reported metadata, shape-checked (``validate_training``) and stored as given, never
+re-verified. It does not loosen anything above: the records are re-scored and the pin applies exactly as without it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -193,6 +197,61 @@ def check_pin(board: Mapping[str, Any], pin: Mapping[str, Any]) -> None:
         "number of samples (rerun on the board's task set, or submit to another board)")
 
 
+# -- the training block -----------------------------------------------------------------------------------------------
+_NUMBER = (int, float)
+TRAINING_FIELDS: dict[str, tuple[type, ...]] = {
+    "method": (str,), "lane": (str,), "seed": (int,), "steps": (int,), "rollouts": (int,),
+    "response_tokens": (int,), "flops_estimate": (*_NUMBER, type(None)), "wall_time_s": (*_NUMBER, type(None)),
+    "curve": (list,),
+}
+CURVE_FIELDS: dict[str, tuple[type, ...]] = {"step": (int,), "rollouts": (int,), "eval_accuracy": _NUMBER}
+
+
+def _typed(value: Any, types: tuple[type, ...]) -> bool:
+    return isinstance(value, types) and not (isinstance(value, bool) and bool not in types) and \
+        not (isinstance(value, float) and not math.isfinite(value))
+
+
+def validate_training(block: Any, results_doc: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Check a ``training`` block's shape (``TRAINING_FIELDS``; curve points ``CURVE_FIELDS``, accuracy in [0, 1],
+    steps and rollouts non-decreasing) and, when it names a ``weights_hash``, that it is the evaluated model's.
+    Returns a JSON copy. The numbers themselves are the run's report; a board cannot re-derive them."""
+    if not isinstance(block, Mapping):
+        raise SubmissionRejected(f"training: expected an object, got {type(block).__name__}")
+    try:
+        block = json.loads(json.dumps(dict(block), allow_nan=False))
+    except (TypeError, ValueError) as exc:
+        raise SubmissionRejected(f"training: not JSON-serialisable ({exc})") from None
+    for name, types in TRAINING_FIELDS.items():
+        if name not in block:
+            raise SubmissionRejected(f"training: missing field {name!r}")
+        if not _typed(block[name], types):
+            raise SubmissionRejected(f"training.{name}: expected {'/'.join(t.__name__ for t in types)}, "
+                                     f"got {block[name]!r}")
+    for name in ("steps", "rollouts", "response_tokens"):
+        if block[name] < 0:
+            raise SubmissionRejected(f"training.{name}: must be >= 0, got {block[name]}")
+    prev = (-1, -1)
+    for i, point in enumerate(block["curve"]):
+        if not isinstance(point, dict):
+            raise SubmissionRejected(f"training.curve[{i}]: expected an object, got {point!r}")
+        for name, types in CURVE_FIELDS.items():
+            if not _typed(point.get(name), types):
+                raise SubmissionRejected(f"training.curve[{i}].{name}: expected "
+                                         f"{'/'.join(t.__name__ for t in types)}, got {point.get(name)!r}")
+        if not 0.0 <= point["eval_accuracy"] <= 1.0:
+            raise SubmissionRejected(f"training.curve[{i}].eval_accuracy: {point['eval_accuracy']} is not in [0, 1]")
+        if point["step"] < prev[0] or point["rollouts"] < prev[1]:
+            raise SubmissionRejected(f"training.curve[{i}]: steps and rollouts must not decrease along the curve")
+        prev = (point["step"], point["rollouts"])
+    if results_doc is not None and block.get("weights_hash") is not None:
+        evaluated = ((results_doc.get("provenance") or {}).get("agent") or {}).get("weights_hash")
+        if block["weights_hash"] != evaluated:
+            raise SubmissionRejected(f"training.weights_hash {block['weights_hash']!r} is not the evaluated model's "
+                                     f"({evaluated!r}): the training block belongs to another policy")
+    return block
+
+
 # -- boards -----------------------------------------------------------------------------------------------------------
 def load_board(path: Path) -> dict[str, Any]:
     """A board file; a schema_version 1 board (made before pins) loads too, for show and render only."""
@@ -225,10 +284,10 @@ def _require_pin(board: Mapping[str, Any], name: str) -> None:
 
 
 def _entry(doc: Mapping[str, Any], metrics: Mapping[str, Any], digest: str, label: str | None,
-           results_name: str | None) -> dict[str, Any]:
+           results_name: str | None, training: Mapping[str, Any] | None = None) -> dict[str, Any]:
     prov, cfg = doc["provenance"], doc["config"]
     agent = prov.get("agent") or {}
-    return {
+    entry = {
         "id": digest[:16],
         "results_sha256": digest,
         "label": label,
@@ -246,6 +305,9 @@ def _entry(doc: Mapping[str, Any], metrics: Mapping[str, Any], digest: str, labe
         "results_file": results_name,
         "provenance": {k: prov.get(k) for k in ("package", "env", "data", "agent", "machine", "created_at")},
     }
+    if training is not None:
+        entry["training"] = dict(training)  # reported by the run, not re-verified
+    return entry
 
 
 def _digest(doc: Any) -> str:
@@ -253,8 +315,12 @@ def _digest(doc: Any) -> str:
 
 
 def submit(results: str | os.PathLike | Mapping[str, Any], board: str, *,
-           boards_dir: str | os.PathLike | None = None, label: str | None = None) -> dict[str, Any]:
-    """Verify ``results`` (a path or a parsed document) and append it to ``board``; return the new entry."""
+           boards_dir: str | os.PathLike | None = None, label: str | None = None,
+           training: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Verify ``results`` (a path or a parsed document) and append it to ``board``; return the new entry.
+
+    ``training``: an optional block of the trained run's reported cost and learning curve (``validate_training``),
+    stored on the entry beside the re-verified metrics."""
     from filelock import FileLock
 
     path = board_path(board, boards_dir)  # the name is checked before any work
@@ -269,8 +335,9 @@ def submit(results: str | os.PathLike | Mapping[str, Any], board: str, *,
         except json.JSONDecodeError as exc:
             raise SubmissionRejected(f"{results}: not valid JSON ({exc.msg} at line {exc.lineno})") from None
     metrics = verify_results(doc)
+    training = validate_training(training, doc) if training is not None else None
     digest = _digest(doc)
-    entry = _entry(doc, metrics, digest, label, results_name)
+    entry = _entry(doc, metrics, digest, label, results_name, training)
 
     pin = results_pin(doc)  # the task ids were checked against the env's source by verify_results
 
@@ -394,20 +461,38 @@ def pin_summary(board: Mapping[str, Any]) -> str:
             f"task ids sha256 {pin['task_ids_sha256'][:12]}")
 
 
+def has_training(board: Mapping[str, Any]) -> bool:
+    return any(isinstance(e.get("training"), dict) for e in board["entries"])
+
+
+def training_cells(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
+    """Rollouts, response tokens, FLOPs (estimate) and wall time of a trained entry as text; blanks without one."""
+    t = entry.get("training")
+    if not isinstance(t, dict):
+        return "", "", "", ""
+    flops, wall = t.get("flops_estimate"), t.get("wall_time_s")
+    return (str(t.get("rollouts", "")), str(t.get("response_tokens", "")),
+            "" if flops is None else f"{flops:.3g}", "" if wall is None else f"{wall:.1f}")
+
+
 def format_board(board: Mapping[str, Any]) -> str:
-    """The board as a plain-text table, best accuracy first."""
+    """The board as a plain-text table, best accuracy first; trained entries' reported cost when there are any."""
     from rlvr_envs.commands.list import format_table
 
     entries = ranked(list(board["entries"]))
+    trained = has_training(board)
     header = ("#", "model", "label", "tasks", "samples", "accuracy", "pass@n", "maj@n", "len mean", "fmt err",
-              "submitted")
+              *(("rollouts", "train tok", "FLOPs~", "train s") if trained else ()), "submitted")
     rows = []
     for rank, e in enumerate(entries, 1):
         m, n = e["metrics"], e["n_samples"]
         rows.append((str(rank), e["model"], e.get("label") or "", str(e["n_tasks"]), str(n),
                      f"{m.get('accuracy', 0):.4f}", f"{m.get(f'pass@{n}', 0):.4f}", f"{m.get(f'maj@{n}', 0):.4f}",
                      f"{m.get('length_mean', 0):.1f} {'tok' if m.get('length_unit') == 'tokens' else 'words'}",
-                     f"{m.get('format_error_rate', 0):.3f}", e.get("submitted_at", "")))
+                     f"{m.get('format_error_rate', 0):.3f}", *(training_cells(e) if trained else ()),
+                     e.get("submitted_at", "")))
     title = f"board {board['board']}: {board['env_id']} ({len(entries)} entries; {pin_summary(board)})"
+    if trained:
+        title += "\n(rollouts, train tok, FLOPs~, train s: the training run's own report, not re-verified)"
     return title + "\n" + format_table(rows, header) if rows else title
 

@@ -1,5 +1,9 @@
 """Static leaderboard site: ``index.html`` (sortable tables, provenance per row) and one accuracy-vs-length PNG per board.
 
+Boards with trained entries (a ``training`` block, see ``agents.grpo.publish``) also get training-cost columns and a
+learning-curve PNG (``curves/<board>.png``: held-out accuracy against rollouts, one line per entry); the page marks
+those figures as the runs' own report, not re-verified.
+
 Every string from a board (model names, labels, provenance) is user-supplied, so all of it is HTML-escaped.
 """
 
@@ -11,7 +15,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlvr_envs.harness.leaderboard import list_boards, load_board, pin_summary, ranked
+from rlvr_envs.harness.leaderboard import has_training, list_boards, load_board, pin_summary, ranked, training_cells
 
 _SORT_JS = """
 document.querySelectorAll('table.board').forEach(function (table) {
@@ -44,6 +48,7 @@ table.board th[data-dir=asc]::after { content: ' \\25B2'; }
 table.board th[data-dir=desc]::after { content: ' \\25BC'; }
 details pre { text-align: left; max-width: 60em; white-space: pre-wrap; font-size: 11px; }
 img.plot { max-width: 560px; border: 1px solid #ddd; }
+p.reported { font-size: 13px; color: #555; }
 """
 
 
@@ -76,6 +81,36 @@ def plot_board(board: dict[str, Any], path: Path) -> None:
     plt.close(fig)
 
 
+def plot_curves(board: dict[str, Any], path: Path) -> None:
+    """Held-out accuracy against rollouts generated, one line per trained entry (its reported curve); an ``x`` marks
+    the entry's re-verified board accuracy at the run's final rollout count."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
+    for e in ranked(list(board["entries"])):
+        t = e.get("training")
+        if not isinstance(t, dict):
+            continue
+        curve = t.get("curve") or []
+        line = ax.plot([p["rollouts"] for p in curve], [p["eval_accuracy"] for p in curve], marker=".",
+                       label=_short(e))[0]
+        ax.scatter([t["rollouts"]], [e["metrics"].get("accuracy", 0.0)], marker="x", s=60, color=line.get_color(),
+                   zorder=3)
+    ax.set_xlabel("rollouts generated in training")
+    ax.set_ylabel("held-out accuracy (greedy)")
+    ax.set_ylim(-0.05, 1.05)
+    ax.set_title(f"{board['board']}: learning curves (x: re-verified final)", fontsize=10)
+    ax.grid(alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _short(entry: dict[str, Any]) -> str:
     name = entry.get("label") or entry["model"]
     return name if len(name) <= 28 else name[:25] + "..."
@@ -90,14 +125,22 @@ def _cell(value: Any, text: str | None = None, *, cls: str = "") -> str:
 
 def board_table(board: dict[str, Any]) -> str:
     entries = ranked(list(board["entries"]))
+    trained = has_training(board)
     head = ["#", "model", "label", "tasks", "samples", "accuracy", "pass@n", "maj@n", "mean length", "median length",
-            "format errors", "tokens", "wall s", "submitted", "provenance"]
+            "format errors", "tokens", "wall s",
+            *(["train rollouts", "train tokens", "train FLOPs (est.)", "train wall s"] if trained else []),
+            "submitted", "provenance"]
     rows = []
     for rank, e in enumerate(entries, 1):
         m, n = e["metrics"], e["n_samples"]
         unit = "tok" if m.get("length_unit") == "tokens" else "words"
         prov = json.dumps({"weights_hash": e.get("weights_hash"), "n_params": e.get("n_params"), "seed": e.get("seed"),
-                           "results_sha256": e.get("results_sha256"), **(e.get("provenance") or {})}, indent=1)
+                           "results_sha256": e.get("results_sha256"), **(e.get("provenance") or {}),
+                           **({"training (reported, not re-verified)": e["training"]} if e.get("training") else {})},
+                          indent=1)
+        t = e.get("training") if isinstance(e.get("training"), dict) else {}
+        train = [_cell(t.get(k), text) for k, text in
+                 zip(("rollouts", "response_tokens", "flops_estimate", "wall_time_s"), training_cells(e))]
         pass_n, maj_n = m.get(f"pass@{n}"), m.get(f"maj@{n}")
         cells = [
             _cell(rank), _cell(e["model"], cls="text"), _cell(e.get("label") or "", cls="text"),
@@ -109,6 +152,7 @@ def board_table(board: dict[str, Any]) -> str:
             _cell(m.get("format_error_rate"), f"{m.get('format_error_rate', 0):.3f}"),
             _cell(m.get("tokens_generated")),
             _cell(e.get("wall_time_s"), f"{e['wall_time_s']:.1f}" if e.get("wall_time_s") is not None else ""),
+            *(train if trained else []),
             _cell(e.get("submitted_at", ""), cls="text"),
             f'<td class="text" data-v=""><details><summary>show</summary><pre>{html.escape(prov)}</pre></details></td>',
         ]
@@ -130,11 +174,21 @@ def render_site(boards_dir: str | os.PathLike | None = None, out_dir: str | os.P
         png = out / f"{path.stem}.png"
         plot_board(board, png)
         name = html.escape(board["board"])
+        curves = ""
+        if has_training(board):
+            (out / "curves").mkdir(exist_ok=True)  # a folder of their own: no board name can collide with them
+            plot_curves(board, out / "curves" / f"{path.stem}.png")
+            src = html.escape(f"curves/{path.stem}.png", quote=True)
+            curves = (f' <a href="{src}"><img class="plot" src="{src}" alt="learning curves for {name}"></a>'
+                      '<p class="reported">Trained entries: the accuracy columns are re-verified like every entry; '
+                      "the training columns (rollouts, tokens, FLOPs, wall time) and the learning curves are the "
+                      "training run's own report, stored as submitted and not re-verifiable. FLOPs are an "
+                      "approximate estimate (formula in each row's provenance).</p>")
         sections.append(
             f'<section id="{html.escape(path.stem, quote=True)}"><h2>{name} &mdash; {html.escape(board["env_id"])}</h2>'
             f'<p class="pin">{html.escape(pin_summary(board))}</p>'
             f'<a href="{html.escape(png.name, quote=True)}"><img class="plot" src="{html.escape(png.name, quote=True)}" '
-            f'alt="accuracy vs response length for {name}"></a>{board_table(board)}</section>')
+            f'alt="accuracy vs response length for {name}"></a>{curves}{board_table(board)}</section>')
     if not sections:
         sections.append(f"<p>No boards in {html.escape(str(root))} yet.</p>")
     page = (
