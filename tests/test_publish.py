@@ -31,9 +31,12 @@ from rlvr_envs.harness import leaderboard as lb
 from rlvr_envs.harness.render import render_site
 
 
-def _train(out: Path, seed: int, eval_size: int = 4) -> Path:
+def _train(out: Path, seed: int, eval_size: int = 4, greedy: bool = True) -> Path:
+    # greedy eval so the harness's evaluation can be compared with the trainer's exactly (the micro lane itself
+    # evaluates mean@4 at T = 1: see test_a_sampled_lane_eval_publishes_its_samples)
     cfg = load_recipe("grpo", ["model=tiny", "steps=2", "prompts_per_step=2", "max_new_tokens=8", f"eval_size={eval_size}",
-                               "eval_every=1", "progress=false", "plot=false", f"out_dir={out}", f"seed={seed}"],
+                               "eval_every=1", "progress=false", "plot=false", f"out_dir={out}", f"seed={seed}",
+                               *(["eval_temperature=0.0", "eval_samples=1"] if greedy else [])],
                       lane="micro")
     Trainer(cfg).run()
     return out
@@ -50,6 +53,16 @@ def _cfg(run: Path):
     from agents.grpo.config import from_dict
 
     return from_dict(checkpoint.load(checkpoint.latest(run))["config"])
+
+
+def test_a_sampled_lane_eval_publishes_its_samples(tmp_path):
+    run = _train(tmp_path / "grpo-sampled", 0, greedy=False)
+    cfg = _cfg(run)
+    assert (cfg.eval_temperature, cfg.eval_samples) == (1.0, 4)
+    entry = publish_run(run, boards_dir=tmp_path / "boards", results_dir=tmp_path / "res")
+    board = lb.load_board(tmp_path / "boards" / "lane-micro.json")
+    assert board["pin"]["n_samples"] == 4 and entry["n_samples"] == 4
+    assert entry["provenance"]["agent"]["sampling"]["temperature"] == 1.0
 
 
 def test_publish_creates_the_pinned_lane_board_with_a_training_block(runs, tmp_path):

@@ -211,7 +211,8 @@ def _training(run_dir: Path, state: Mapping[str, Any], path: Path, policy: Any, 
 def publish_run(run_dir: str | os.PathLike, *, boards_dir: str | os.PathLike | None = None, board: str | None = None,
                 results_dir: str | os.PathLike | None = None, limit: int | None = None, method: str | None = None,
                 label: str | None = None, progress: bool = False) -> dict[str, Any]:
-    """Evaluate a finished run's final policy on its lane's held-out tasks, submit it; return the board entry.
+    """Evaluate a finished run's final policy on its lane's held-out tasks (as the lane evaluates: greedy, or
+    ``eval_samples`` samples per task at ``eval_temperature``), submit it; return the board entry.
 
     ``board`` defaults to ``lane-<cfg.lane>``; ``limit`` (default ``cfg.eval_size``) is the number of held-out tasks;
     the results file goes to ``results_dir`` (default ``<run_dir>/published``) as ``<board>-<method>-s<seed>.json``
@@ -239,12 +240,14 @@ def publish_run(run_dir: str | os.PathLike, *, boards_dir: str | os.PathLike | N
         raise RunNotPublishable(f"{run_dir}: eval_size is {cfg.eval_size}; pass limit >= 1 held-out tasks")
     method = method or method_name(cfg, run_dir)
     policy = _policy(run_dir, state, path, method)  # the checkpoint is read once (it holds the optimizer state too)
-    sampling = SamplingParams(temperature=0.0, max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens)
+    # the lane's own held-out eval: greedy, or eval_samples samples per task at eval_temperature (mean@k)
+    sampling = SamplingParams(temperature=float(cfg.eval_temperature),
+                              max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens)
     # the hf engine at the run's decoding precision, whatever engine trained it: one decoder for every method
     agent = PolicyAgent(policy, make_engine(policy, "hf", precision=cfg.precision), sampling)
     out_dir = Path(results_dir) if results_dir is not None else run_dir / "published"
     out = out_dir / f"{board}-{method}-s{cfg.seed}.json"
-    evaluate(agent, cfg.env, env_kwargs={**cfg.env_kwargs, **cfg.eval_env_kwargs}, n_samples=1, seed=0,
+    evaluate(agent, cfg.env, env_kwargs={**cfg.env_kwargs, **cfg.eval_env_kwargs}, n_samples=int(cfg.eval_samples), seed=0,
                        limit=n_tasks, batch_size=64, out=out, resume=True, progress=progress)
     training = _training(run_dir, state, path, policy, method)
     return submit(out, board, boards_dir=boards_dir, label=label, training=training)
