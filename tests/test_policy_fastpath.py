@@ -110,3 +110,27 @@ def test_bf16_decoding_copy_is_exact_for_itself_and_refreshed_after_updates(tiny
         tiny.model.lm_head.weight.mul_(0.5)
     assert engine.decode_model() is copy
     torch.testing.assert_close(copy.lm_head.weight.float(), tiny.model.lm_head.weight, atol=1e-2, rtol=1e-2)
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_decoding_follows_a_fused_optimizer_step_after_sync(tiny, precision):
+    # Fused AdamW updates weights in place without moving their version counters: the engine's derived copies
+    # (packed linears, the bf16 copy) would keep decoding the old weights. The trainer calls sync_weights.
+    if precision == "fp32" and not mkl_packing_available():
+        pytest.skip("MKL weight packing is not available in this torch build")
+    engine = make_engine(tiny, "hf", precision=precision)
+    sampling = SamplingParams(temperature=1.0, max_new_tokens=12, seed=3)
+    engine.generate(_prompts(tiny), 2, sampling)  # builds the derived copies
+    params = [p for p in tiny.model.parameters()]
+    opt = torch.optim.AdamW(params, lr=0.05, fused=True)
+    for p in params:
+        p.grad = torch.randn_like(p)
+    versions = [p._version for p in params]
+    opt.step()
+    assert [p._version for p in params] == versions  # the trap: nothing shows the weights changed
+    engine.sync_weights(tiny.model)
+    after = engine.generate(_prompts(tiny), 2, sampling)
+    fresh = make_engine(tiny, "hf", precision=precision).generate(_prompts(tiny), 2, sampling)
+    assert [r.response_ids for r in after] == [r.response_ids for r in fresh]
+    torch.testing.assert_close(torch.tensor([lp for r in after for lp in r.logprobs]),
+                               torch.tensor([lp for r in fresh for lp in r.logprobs]), atol=1e-5, rtol=0)

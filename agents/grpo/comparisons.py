@@ -169,11 +169,9 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
     seeds = list(comparison.seeds)
     metric = METRICS[comparison.metric]
     params = dict(comparison.params)
-    if comparison.metric == "rollouts_to_target":
-        # one target for both runs of a seed: the baseline's start accuracy (the two share their start weights)
-        starts = {s: float(evals(baseline_runs[s])[0]["eval_accuracy"]) for s in seeds}
-    else:
-        starts = {s: 0.0 for s in seeds}
+    # rollouts_to_target: one target for both runs of a seed, from the baseline's start accuracy (the two runs share
+    # their start weights and eval draws, so their step-0 evals are equal)
+    starts = {s: float(evals(baseline_runs[s])[0]["eval_accuracy"]) for s in seeds}
     mv = {s: metric(method_runs[s], start=starts[s], **params) for s in seeds}
     bv = {s: metric(baseline_runs[s], start=starts[s], **params) for s in seeds}
     diffs = [mv[s] - bv[s] for s in seeds]
@@ -195,6 +193,11 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
         "significant": bool(interval[0] > 0 if sign > 0 else interval[1] < 0),
         "accuracy": {"method": float(np.mean([final_accuracy(method_runs[s]) for s in seeds])),
                      "baseline": float(np.mean([final_accuracy(baseline_runs[s]) for s in seeds]))},
+        # context, not the claim: every metric's paired means, whatever the comparison's own metric is
+        "secondary": {name: {"method": float(np.mean([fn(method_runs[s], start=starts[s], **params) for s in seeds])),
+                             "baseline": float(np.mean([fn(baseline_runs[s], start=starts[s], **params)
+                                                        for s in seeds]))}
+                      for name, fn in METRICS.items() if name != comparison.metric},
     }
     if comparison.metric == "rollouts_to_target":
         gain = params.get("gain", 0.10)

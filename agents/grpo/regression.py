@@ -127,7 +127,7 @@ def plot(result: dict[str, Any], path: Path) -> Path:
             ax.plot([c["rollouts"] for c in curve], [c["eval_accuracy"] for c in curve], color=color, alpha=0.8,
                     marker=".", label=f"{result[side]} (seeds {', '.join(result['curves'][side])})" if i == 0 else None)
     ax.set_xlabel("rollouts generated")
-    ax.set_ylabel("held-out greedy accuracy")
+    ax.set_ylabel("held-out accuracy (the lane's eval)")
     lo, hi = result["interval"]
     ax.set_title(f"{result['method']} vs {result['baseline']} on {result['lane']}: {result['metric']} "
                  f"diff {result['difference']:+.3g} [{lo:+.3g}, {hi:+.3g}]", fontsize=9)

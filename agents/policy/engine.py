@@ -302,10 +302,16 @@ class HFEngine(RolloutEngine):
         self.cache_kw = "cache" if "cache" in params else "past_key_values"
 
     def sync_weights(self, model: Any) -> None:
-        """Nothing to copy: decoding reads the policy's own tensors, and the bf16 copy and the packed weights refresh
-        themselves when a weight's version changes."""
+        """Drop the derived copies (MKL-packed linears, the bf16 decoding copy) so the next ``generate`` rebuilds them
+        from the policy's current tensors. Call it after every optimizer step (the trainer does): derived copies also
+        refresh when a weight's version counter moves, but fused optimizers (``AdamW(fused=True)``) update weights in
+        place without moving it, so that check alone decodes with stale weights."""
         if model is not self.model:
             raise ValueError("HFEngine decodes its policy's model; sync_weights got a different model")
+        if self.packs is not None:
+            self.packs.clear()
+        if self._bf16_copy is not None:
+            self._bf16_copy = (self._bf16_copy[0], ())  # no version tuple matches (): the next decode copies
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "max_batch_size": self.max_batch_size, "logprobs": "log_softmax(logits/T)",

@@ -81,6 +81,10 @@ class PackedLinearCache:
         self.repacks += 1
         return packed
 
+    def clear(self) -> None:
+        """Forget every packed weight (after an update the version counter may not show: fused optimizers)."""
+        self._packed.clear()
+
     @staticmethod
     def eligible(module: torch.nn.Module) -> bool:
         w = getattr(module, "weight", None)
