@@ -91,7 +91,8 @@ def micro_tokenizer() -> Any:
     pieces += ["<answer>", " <answer>", "</answer>", " ", "\n", "\t"]
     vocab = {tok: i for i, tok in enumerate(_SPECIALS + list(dict.fromkeys(pieces)))}
     alternatives = "|".join(w for w in words)
-    pattern = (r" ?<answer>|</answer>| ?\d{1,3}| ?(?:" + alternatives + r")\b| ?[A-Za-z]| ?[^\sA-Za-z0-9]|\s")
+    # integers as written (no leading zero: "05" is "0", "5"), at most three digits a token
+    pattern = (r" ?<answer>|</answer>| ?(?:0|[1-9]\d{0,2})| ?(?:" + alternatives + r")\b| ?[A-Za-z]| ?[^\sA-Za-z0-9]|\s")
     tok = Tokenizer(models.WordLevel(vocab=vocab, unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.Split(Regex(pattern), behavior="isolated")
     tok.add_special_tokens(_SPECIALS)
