@@ -261,8 +261,8 @@ def test_multi_turn_records_are_replayed_through_the_env(tmp_path):
 
 
 def pin_sha(ids: list[str]) -> str:
-    """The documented task-set fingerprint: SHA-256 of the sorted ids as a compact JSON list."""
-    return hashlib.sha256(json.dumps(sorted(ids), separators=(",", ":")).encode()).hexdigest()
+    """The documented task-set fingerprint: SHA-256 of the distinct ids, sorted, as a compact JSON list."""
+    return hashlib.sha256(json.dumps(sorted(set(ids)), separators=(",", ":")).encode()).hexdigest()
 
 
 TOY_IDS = [f"toy-{i}" for i in range(12)]

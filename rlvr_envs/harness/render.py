@@ -100,7 +100,7 @@ def plot_curves(board: dict[str, Any], path: Path) -> None:
         ax.scatter([t["rollouts"]], [e["metrics"].get("accuracy", 0.0)], marker="x", s=60, color=line.get_color(),
                    zorder=3)
     ax.set_xlabel("rollouts generated in training")
-    ax.set_ylabel("held-out accuracy (greedy)")
+    ax.set_ylabel("held-out accuracy (the run's own eval)")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(f"{board['board']}: learning curves (x: re-verified final)", fontsize=10)
     ax.grid(alpha=0.3)
