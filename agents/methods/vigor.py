@@ -86,4 +86,7 @@ class VigorAllocator(Component):
 
 declare(Comparison(
     method="vigor", baseline="grpo", metric="rollouts_to_target", direction="lower", params={"gain": 0.10},
-    claim="VIGOR reaches a target accuracy with 2.3x fewer rollouts than GRPO at the same per-step rollout budget"))
+    claim="VIGOR reaches a target accuracy with 2.3x fewer rollouts than GRPO at the same per-step rollout budget",
+    known_result="micro lane, 3 seeds x 60 steps x 256 rollouts: both reach start + 0.10 (mean@4) at the step-20 eval "
+                 "(5120 rollouts) on every seed, difference 0 at the lane's eval resolution (2560 rollouts); final "
+                 "mean@4 0.502 vs 0.518, accuracy AUC 0.430 vs 0.443 (VIGOR slightly behind)"))
