@@ -105,7 +105,7 @@ def rollouts_to_target(records: Sequence[dict[str, Any]], *, start: float, gain:
     for r in evals(records):
         if r["eval_accuracy"] >= start + gain - 1e-12:
             return float(_rollouts_at(records, r["step"]))
-    return float(_rollouts_at(records, 10**12))
+    return float(max((r.get("rollouts_total", 0) for r in records if r.get("kind") == "train"), default=0))
 
 
 def reached_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> bool:

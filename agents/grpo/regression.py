@@ -16,6 +16,7 @@ end (``make test`` does this for every comparison) and says nothing about the cl
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import json
 import os
@@ -163,7 +164,7 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
     for (side, s), cfg in cfgs.items():
         runs[side][s], _ = train_run(cfg, runs_dir, code, log=log)
     if quick:  # a two-seed run of a few steps is a smoke test, not a claim
-        comparison = Comparison(**{**comparison.to_dict(), "seeds": tuple(seeds), "overrides": tuple(comparison.overrides)})
+        comparison = dataclasses.replace(comparison, seeds=tuple(seeds))
     summary = summarize(comparison, runs["method"], runs["baseline"])
     from rlvr_envs.harness.results import git_info
 
