@@ -91,3 +91,29 @@ def test_run_keys_ignore_declarations_but_not_code(tmp_path, monkeypatch):
     assert regression.code_hash(("agents/methods",)) == before  # recording a result keeps the runs
     method.write_text(body.replace("x + 1", "x + 2") + "\ndeclare(Comparison('m', 'grpo', 'final_accuracy', 'higher', 'c'))\n")
     assert regression.code_hash(("agents/methods",)) != before  # a change to what runs retrains
+
+
+
+def test_a_run_keys_only_the_method_files_it_uses():
+    """Adding or editing one method's file must not retrain the runs of GRPO or of any other method."""
+    import agents.grpo.regression as regression
+    from agents.grpo.config import load_recipe
+
+    grpo, vigor = load_recipe("grpo", ["model=tiny"]), load_recipe("vigor", ["model=tiny"])
+    assert regression.method_files(grpo) == []
+    assert regression.run_code_hash(grpo) == regression.code_hash()  # reads nothing under agents/methods
+    assert regression.method_files(vigor) == ["agents/methods/vigor.py"]
+    assert regression.run_code_hash(vigor) == f"{regression.code_hash()}+{regression.code_hash(('agents/methods/vigor.py',))}"
+
+
+def test_method_files_follow_imports_between_methods(tmp_path):
+    from agents.grpo.regression import _with_imports
+
+    methods = tmp_path / "agents" / "methods"
+    methods.mkdir(parents=True)
+    (methods / "a.py").write_text("from agents.methods.b import f\nimport agents.methods.c\nimport torch\n")
+    (methods / "b.py").write_text("from agents.methods import d\n")
+    (methods / "c.py").write_text("")
+    (methods / "d.py").write_text("from agents.methods.a import g\n")  # a cycle ends
+    (methods / "unused.py").write_text("")
+    assert {p.name for p in _with_imports([methods / "a.py"], methods)} == {"a.py", "b.py", "c.py", "d.py"}

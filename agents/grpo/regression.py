@@ -31,9 +31,11 @@ ROOT = Path(__file__).resolve().parents[2]
 # The code that decides what a run computes. The resolved recipe (lane included) is hashed separately, so recipe and
 # lane files are not listed; reporting code (this file, comparisons, publishing, plots) is left out, and so are the
 # `declare(...)` statements in method files: recording a measured result must not invalidate the runs it came from.
+# Method files (agents/methods/) are hashed per run, only those whose components the run's recipe names (and the
+# method files they import): adding or changing one method must not retrain every other method's runs.
 CODE_PATHS = ("agents/grpo/trainer.py", "agents/grpo/batch.py", "agents/grpo/logprobs.py", "agents/grpo/registry.py",
-              "agents/grpo/config.py", "agents/grpo/checkpoint.py", "agents/grpo/baselines.py", "agents/methods",
-              "agents/policy", "rlvr_envs/core.py", "rlvr_envs/extract.py", "rlvr_envs/tasks", "rlvr_envs/verifiers")
+              "agents/grpo/config.py", "agents/grpo/checkpoint.py", "agents/grpo/baselines.py", "agents/policy",
+              "rlvr_envs/core.py", "rlvr_envs/extract.py", "rlvr_envs/tasks", "rlvr_envs/verifiers")
 # Fields that do not change what a run computes.
 _NOT_KEYED = frozenset({"out_dir", "progress", "plot", "description", "checkpoint_every", "keep_checkpoints"})
 QUICK_OVERRIDES = ("model=tiny", "steps=2", "prompts_per_step=2", "max_new_tokens=12", "eval_size=4", "eval_every=1",
@@ -68,6 +70,53 @@ def code_hash(paths: tuple[str, ...] = CODE_PATHS) -> str:
                 h.update(str(f.relative_to(ROOT)).encode())
                 h.update(_without_declarations(f.read_text()).encode())
     return h.hexdigest()[:16]
+
+
+def method_files(cfg: TrainConfig) -> list[str]:
+    """The files under ``agents/methods/`` that a run executes: those defining its recipe's components, and the
+    ``agents.methods`` modules they import (transitively)."""
+    import sys
+
+    from agents.grpo import registry
+
+    methods_dir = ROOT / "agents" / "methods"
+    defining = []
+    for stage, name in cfg.stages.items():
+        module = sys.modules.get(registry.get(stage, name).__module__)
+        path = Path(getattr(module, "__file__", "") or "").resolve()
+        if path.is_file() and path.is_relative_to(methods_dir.resolve()):
+            defining.append(path)
+    return sorted(str(p.relative_to(ROOT.resolve())) for p in _with_imports(defining, methods_dir.resolve()))
+
+
+def _with_imports(paths: list[Path], methods_dir: Path) -> set[Path]:
+    """``paths`` plus every module of ``methods_dir`` (the ``agents.methods`` package) they import, transitively."""
+    todo, seen = list(paths), set()
+    while todo:
+        path = todo.pop()
+        if path in seen:
+            continue
+        seen.add(path)
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                names = [base, *(f"{base}.{a.name}" for a in node.names)]  # `from agents.methods import x`
+            else:
+                continue
+            for mod in names:
+                if mod.startswith("agents.methods."):
+                    dep = methods_dir / (mod.removeprefix("agents.methods.").replace(".", "/") + ".py")
+                    if dep.is_file():
+                        todo.append(dep)
+    return seen
+
+
+def run_code_hash(cfg: TrainConfig, shared: str | None = None) -> str:
+    """The code key of one run: the shared training code (``CODE_PATHS``) plus the method files it uses."""
+    files = method_files(cfg)
+    return f"{shared or code_hash()}+{code_hash(tuple(files))}" if files else shared or code_hash()
 
 
 def run_key(cfg: TrainConfig, code: str) -> str:
@@ -143,11 +192,12 @@ def plot(result: dict[str, Any], path: Path) -> Path:
 def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path, quick: bool = False,
                    log: Any = print) -> dict[str, Any]:
     """Run (or reuse) a comparison and write ``results_dir/<method>.json`` and ``.png``."""
-    code = code_hash()
+    shared = code_hash()
     seeds = QUICK_SEEDS if quick else comparison.seeds
     cfgs = {(side, s): resolve(comparison, recipe, s, quick=quick) for side, recipe in
             (("method", comparison.method), ("baseline", comparison.baseline)) for s in seeds}
-    keys = {f"{side}/{s}": run_key(cfg, code) for (side, s), cfg in cfgs.items()}
+    codes = {k: run_code_hash(cfg, shared) for k, cfg in cfgs.items()}
+    keys = {f"{side}/{s}": run_key(cfg, codes[(side, s)]) for (side, s), cfg in cfgs.items()}
     result_key = hashlib.sha256(json.dumps([comparison.to_dict(), keys, quick], sort_keys=True).encode()).hexdigest()[:16]
     path = results_dir / f"{comparison.method}.json"
     if path.is_file():
@@ -162,7 +212,7 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
     t0 = time.perf_counter()
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {"method": {}, "baseline": {}}
     for (side, s), cfg in cfgs.items():
-        runs[side][s], _ = train_run(cfg, runs_dir, code, log=log)
+        runs[side][s], _ = train_run(cfg, runs_dir, codes[(side, s)], log=log)
     if quick:  # a two-seed run of a few steps is a smoke test, not a claim
         comparison = dataclasses.replace(comparison, seeds=tuple(seeds))
     summary = summarize(comparison, runs["method"], runs["baseline"])
@@ -172,7 +222,7 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
         "method": comparison.method, "baseline": comparison.baseline, "lane": comparison.lane,
         "seeds": list(seeds), "metric": comparison.metric, "direction": comparison.direction,
         "claim": comparison.claim, "params": comparison.params, **summary, "quick": quick,
-        "commit": git_info().get("commit"), "code_hash": code, "key": result_key, "run_keys": keys,
+        "commit": git_info().get("commit"), "code_hash": shared, "key": result_key, "run_keys": keys,
         "recipes": {"method": cfgs[("method", seeds[0])].to_dict(), "baseline": cfgs[("baseline", seeds[0])].to_dict()},
         "curves": {side: {str(s): _curves(runs[side][s]) for s in seeds} for side in runs},
         "wall_s": {side: {str(s): round(_wall(runs[side][s]), 1) for s in seeds} for side in runs},
