@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -117,3 +118,18 @@ def test_method_files_follow_imports_between_methods(tmp_path):
     (methods / "d.py").write_text("from agents.methods.a import g\n")  # a cycle ends
     (methods / "unused.py").write_text("")
     assert {p.name for p in _with_imports([methods / "a.py"], methods)} == {"a.py", "b.py", "c.py", "d.py"}
+
+
+def test_an_efficiency_claim_needs_accuracy_to_hold() -> None:
+    """Shorter answers by no longer solving the task do not reproduce "fewer tokens at about equal accuracy"."""
+    base = {s: _run([0.3, 0.5], length=30.0) for s in range(3)}
+    short_and_right = {s: _run([0.3, 0.47], length=20.0) for s in range(3)}
+    short_and_wrong = {s: _run([0.3, 0.10], length=20.0) for s in range(3)}
+    claim = Comparison("m", "b", "final_eval_tokens", "lower", "x", accuracy_tolerance=0.05)
+    held = summarize(claim, short_and_right, base)
+    assert held["direction_reproduced"] and held["accuracy_held"] == {"tolerance": 0.05, "held": True}
+    lost = summarize(claim, short_and_wrong, base)
+    assert lost["difference"] == -10 and not lost["direction_reproduced"] and not lost["accuracy_held"]["held"]
+    assert summarize(dataclasses.replace(claim, accuracy_tolerance=None), short_and_wrong, base)["direction_reproduced"]
+    with pytest.raises(ValueError, match="accuracy_tolerance"):
+        Comparison("m", "b", "final_eval_tokens", "lower", "x", accuracy_tolerance=2.0)

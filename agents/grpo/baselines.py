@@ -258,5 +258,6 @@ declare(Comparison(
     method="dapo", baseline="grpo", metric="final_accuracy", direction="higher",
     claim="DAPO (clip-higher, dynamic sampling, token-level loss) beats GRPO's accuracy (AIME24 50 vs 30, Qwen2.5-32B)"))
 declare(Comparison(
-    method="dr_grpo", baseline="grpo", metric="final_eval_tokens", direction="lower",
-    claim="Dr.GRPO removes GRPO's length and std biases: shorter responses (incorrect ones above all) at similar accuracy"))
+    method="dr_grpo", baseline="grpo", metric="final_eval_tokens", direction="lower", accuracy_tolerance=0.05,
+    claim="Dr.GRPO removes GRPO's length and std biases: shorter responses (incorrect ones above all) at similar "
+          "accuracy (read: mean final accuracy within 0.05)"))

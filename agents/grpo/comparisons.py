@@ -17,6 +17,10 @@ Metrics (``value(records)`` per run; the difference is method minus baseline):
 - ``final_eval_tokens``: mean response length (tokens) of the last held-out eval. Lower is better; the result also
   reports the accuracy difference, since a length claim is "shorter at about equal accuracy".
 
+A claim made "at about equal accuracy" sets ``accuracy_tolerance``: its direction reproduces only if, besides the
+metric moving the claimed way, the method's mean final accuracy is at most that far below the baseline's (a method
+that answers in fewer tokens by no longer solving the task has not reproduced an efficiency claim).
+
 Intervals over seeds alone use Student's t on the paired differences (3 seeds: wide, and said so).
 """
 
@@ -42,6 +46,8 @@ class Comparison:
     seeds: tuple[int, ...] = (0, 1, 2)
     overrides: tuple[str, ...] = ()  # `--set` overrides for both runs (the same budget for both)
     params: dict[str, Any] = field(default_factory=dict)  # the metric's parameters
+    # For claims "at about equal accuracy": the most the method's final accuracy may fall below the baseline's.
+    accuracy_tolerance: float | None = None
     # Set once measured and not reproduced: the numbers (and commit) of that run. The suite then expects it to fail.
     known_result: str = ""
 
@@ -52,6 +58,8 @@ class Comparison:
             raise ValueError(f"{self.method}: direction must be one of {DIRECTIONS}, got {self.direction!r}")
         if len(set(self.seeds)) != len(self.seeds) or not self.seeds:
             raise ValueError(f"{self.method}: seeds must be distinct and non-empty, got {self.seeds}")
+        if self.accuracy_tolerance is not None and not 0 <= self.accuracy_tolerance <= 1:
+            raise ValueError(f"{self.method}: accuracy_tolerance must be in [0, 1], got {self.accuracy_tolerance}")
 
     @property
     def name(self) -> str:
@@ -184,15 +192,20 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
             interval, interval_kind = paired_bootstrap(mb, bb), "paired bootstrap over seeds and held-out tasks"
     diff = float(np.mean(diffs))
     sign = 1.0 if comparison.direction == "higher" else -1.0
+    accuracy = {"method": float(np.mean([final_accuracy(method_runs[s]) for s in seeds])),
+                "baseline": float(np.mean([final_accuracy(baseline_runs[s]) for s in seeds]))}
+    accuracy_held = (comparison.accuracy_tolerance is None
+                     or accuracy["method"] >= accuracy["baseline"] - comparison.accuracy_tolerance - 1e-12)
     out: dict[str, Any] = {
         "method_value": float(np.mean(list(mv.values()))), "baseline_value": float(np.mean(list(bv.values()))),
         "difference": diff, "interval": list(interval), "interval_kind": interval_kind,
         "per_seed": {str(s): {"method": mv[s], "baseline": bv[s]} for s in seeds},
-        "direction_reproduced": bool(sign * diff > 0),
+        # the metric moved the claimed way (and, for an "at about equal accuracy" claim, accuracy held)
+        "direction_reproduced": bool(sign * diff > 0 and accuracy_held),
         # the whole interval on the claimed side of 0
         "significant": bool(interval[0] > 0 if sign > 0 else interval[1] < 0),
-        "accuracy": {"method": float(np.mean([final_accuracy(method_runs[s]) for s in seeds])),
-                     "baseline": float(np.mean([final_accuracy(baseline_runs[s]) for s in seeds]))},
+        "accuracy": accuracy,
+        "accuracy_held": {"tolerance": comparison.accuracy_tolerance, "held": bool(accuracy_held)},
         # context, not the claim: every metric's paired means, whatever the comparison's own metric is
         "secondary": {name: {"method": float(np.mean([fn(method_runs[s], start=starts[s], **params) for s in seeds])),
                              "baseline": float(np.mean([fn(baseline_runs[s], start=starts[s], **params)
