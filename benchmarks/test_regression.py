@@ -40,7 +40,7 @@ def test_comparison(name: str, request: pytest.FixtureRequest, tmp_path: Path) -
     line = (f"{name} on {result['lane']} ({len(result['seeds'])} seeds): {result['metric']} method "
             f"{result['method_value']:.4g} vs baseline {result['baseline_value']:.4g}, difference "
             f"{result['difference']:+.4g} [95% {lo:+.4g}, {hi:+.4g}]; claimed {result['direction']}: "
-            f"{'reproduced' if result['direction_reproduced'] else 'NOT reproduced'}"
+            f"{result['verdict']}"
             f" (final accuracy {result['accuracy']['method']:.3f} vs {result['accuracy']['baseline']:.3f})")
     print(line)
     if quick:

@@ -133,3 +133,13 @@ def test_an_efficiency_claim_needs_accuracy_to_hold() -> None:
     assert summarize(dataclasses.replace(claim, accuracy_tolerance=None), short_and_wrong, base)["direction_reproduced"]
     with pytest.raises(ValueError, match="accuracy_tolerance"):
         Comparison("m", "b", "final_eval_tokens", "lower", "x", accuracy_tolerance=2.0)
+
+
+def test_a_point_estimate_whose_interval_crosses_zero_is_inconclusive() -> None:
+    base = {s: _run([0.3, 0.5]) for s in range(3)}
+    noisy = {s: _run([0.3, v]) for s, v in zip(range(3), (0.56, 0.45, 0.52))}  # diffs +0.06, -0.05, +0.02
+    out = summarize(Comparison("m", "b", "accuracy_auc", "higher", "x"), noisy, base)
+    assert out["difference"] > 0 and out["interval"][0] < 0 < out["interval"][1]
+    assert out["verdict"] == "inconclusive" and not out["direction_reproduced"] and out["point_estimate_in_direction"]
+    worse = summarize(Comparison("m", "b", "accuracy_auc", "lower", "x"), noisy, base)
+    assert worse["verdict"] == "not reproduced"

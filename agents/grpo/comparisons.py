@@ -2,7 +2,8 @@
 (``benchmarks/test_regression.py``) runs them with paired seeds on a lane and checks the claimed direction.
 
 A ``Comparison`` names two recipes, a lane, the seeds, a metric and the direction the paper claims for
-``method - baseline``. Metrics read the runs' ``metrics.jsonl`` records, so every number in a result can be recomputed
+``method - baseline``. A direction is *reproduced* only when the 95% interval of the paired difference lies entirely
+on the claimed side of 0; a point estimate on that side whose interval crosses 0 is *inconclusive*. Metrics read the runs' ``metrics.jsonl`` records, so every number in a result can be recomputed
 from the runs. Paired: seed ``s`` of the method and seed ``s`` of the baseline start from the same weights, draw the
 same prompts, and are scored on the same held-out tasks.
 
@@ -196,14 +197,19 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
                 "baseline": float(np.mean([final_accuracy(baseline_runs[s]) for s in seeds]))}
     accuracy_held = (comparison.accuracy_tolerance is None
                      or accuracy["method"] >= accuracy["baseline"] - comparison.accuracy_tolerance - 1e-12)
+    significant = bool(interval[0] > 0 if sign > 0 else interval[1] < 0)  # the interval on the claimed side of 0
     out: dict[str, Any] = {
         "method_value": float(np.mean(list(mv.values()))), "baseline_value": float(np.mean(list(bv.values()))),
         "difference": diff, "interval": list(interval), "interval_kind": interval_kind,
         "per_seed": {str(s): {"method": mv[s], "baseline": bv[s]} for s in seeds},
-        # the metric moved the claimed way (and, for an "at about equal accuracy" claim, accuracy held)
-        "direction_reproduced": bool(sign * diff > 0 and accuracy_held),
-        # the whole interval on the claimed side of 0
-        "significant": bool(interval[0] > 0 if sign > 0 else interval[1] < 0),
+        # reproduced: the whole 95% interval of the difference lies on the claimed side of 0 (and, for an "at about
+        # equal accuracy" claim, accuracy held); a point estimate on that side with an interval across 0 is
+        # "inconclusive", not a reproduction
+        "direction_reproduced": bool(significant and accuracy_held),
+        "verdict": ("reproduced" if significant and accuracy_held else
+                    "inconclusive" if sign * diff > 0 and accuracy_held else "not reproduced"),
+        "point_estimate_in_direction": bool(sign * diff > 0),
+        "significant": significant,
         "accuracy": accuracy,
         "accuracy_held": {"tolerance": comparison.accuracy_tolerance, "held": bool(accuracy_held)},
         # context, not the claim: every metric's paired means, whatever the comparison's own metric is

@@ -198,7 +198,10 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
             (("method", comparison.method), ("baseline", comparison.baseline)) for s in seeds}
     codes = {k: run_code_hash(cfg, shared) for k, cfg in cfgs.items()}
     keys = {f"{side}/{s}": run_key(cfg, codes[(side, s)]) for (side, s), cfg in cfgs.items()}
-    result_key = hashlib.sha256(json.dumps([comparison.to_dict(), keys, quick], sort_keys=True).encode()).hexdigest()[:16]
+    # the summary's code is keyed too: a change to how a result is summarized rewrites it (from the same runs)
+    summary_code = code_hash(("agents/grpo/comparisons.py", "agents/grpo/regression.py"))
+    result_key = hashlib.sha256(json.dumps([comparison.to_dict(), keys, quick, summary_code],
+                                           sort_keys=True).encode()).hexdigest()[:16]
     path = results_dir / f"{comparison.method}.json"
     if path.is_file():
         try:

@@ -86,4 +86,8 @@ class RougeLBonus(Component):
 
 declare(Comparison(
     method="lampo", baseline="grpo", metric="final_accuracy", direction="higher",
-    claim="LamPO's pairwise, likelihood-weighted advantages improve accuracy over GRPO (AIME24/25, MATH-500, GPQA)"))
+    claim="LamPO's pairwise, likelihood-weighted advantages improve accuracy over GRPO (AIME24/25, MATH-500, GPQA)",
+    known_result=(
+        "inconclusive on the micro lane, seeds 0-2, 60 steps (commit 8b60f32 runs): final mean@4 0.524 vs GRPO 0.518, "
+        "diff +0.005 [95% paired bootstrap -0.032, +0.040]; per seed -0.033, +0.038, +0.011; accuracy AUC 0.441 vs "
+        "0.443; both reach start+0.10 at 5120 rollouts")))
