@@ -256,7 +256,11 @@ class SinglePolicy(Component):
 
 declare(Comparison(
     method="dapo", baseline="grpo", metric="final_accuracy", direction="higher",
-    claim="DAPO (clip-higher, dynamic sampling, token-level loss) beats GRPO's accuracy (AIME24 50 vs 30, Qwen2.5-32B)"))
+    claim="DAPO (clip-higher, dynamic sampling, token-level loss) beats GRPO's accuracy (AIME24 50 vs 30, Qwen2.5-32B)",
+    known_result=(
+        "inconclusive on the micro lane, seeds 0-2, 60 steps (commit e78e3ee runs): final mean@4 0.543 vs GRPO 0.518, "
+        "diff +0.025 [95% paired bootstrap -0.010, +0.068]; per seed -0.008, +0.069, +0.014; accuracy AUC 0.460 vs "
+        "0.443; DAPO's dynamic sampling spent 7141 vs 5120 rollouts to reach start+0.10")))
 declare(Comparison(
     method="dr_grpo", baseline="grpo", metric="final_eval_tokens", direction="lower", accuracy_tolerance=0.05,
     claim="Dr.GRPO removes GRPO's length and std biases: shorter responses (incorrect ones above all) at similar "
