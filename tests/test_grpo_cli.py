@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from agents.grpo.config import apply_override, list_recipes, load_recipe
-from agents.grpo.metrics import TIMING_KEYS
+from agents.grpo.metrics import without_timing
 from rlvr_envs.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -69,7 +69,7 @@ def test_every_recipe_runs_on_tiny(recipe, tmp_path):
 
 
 def strip(path: Path):
-    return [{k: v for k, v in json.loads(x).items() if k not in TIMING_KEYS} for x in path.read_text().splitlines()]
+    return [without_timing(json.loads(x)) for x in path.read_text().splitlines()]
 
 
 def test_sigkill_mid_run_then_resume_continues_exactly(tmp_path):

@@ -253,3 +253,65 @@ def test_dr_grpo_loss_needs_a_constant_length():
         build("loss", "dr_grpo")
     with pytest.raises(ValueError, match="norm_len"):
         build("loss", "ppo_clip", {"aggregation": "seq-mean-token-sum-norm"})
+
+
+# -- row weights and replayed rows ---------------------------------------------------------------------------------
+@pytest.mark.parametrize(("aggregation", "expected"), [
+    ("token-mean", 1.75),  # (0.5 * 2 + 2 * (1 + 1 + 1)) / 4 tokens: weights scale rows, the normalizer still counts tokens
+    ("seq-mean-token-mean", 1.5),  # (0.5 * 2/1 + 2 * 3/3) / 2 responses
+    ("seq-mean-token-sum-norm", 0.875),  # (0.5 * 2 + 2 * 3) / (2 responses * norm_len 4)
+])
+def test_row_weights_golden(aggregation, expected):
+    b = batch_of([[1.0, 0.0]], lengths=[[1, 3]])
+    b.advantages = -torch.tensor([[2.0, 0, 0], [1.0, 1.0, 1.0]])
+    b.weights = torch.tensor([0.5, 2.0])
+    lp = b.behaviour_logprobs.clone()
+    loss, _ = build("loss", "ppo_clip", {"aggregation": aggregation, "norm_len": 4})(b, lp)
+    approx(loss, expected)
+
+
+def test_off_policy_rows_take_the_ratio_against_the_behaviour_policy():
+    b = batch_of([[1.0]])
+    b.advantages = torch.tensor([1.0])
+    new = torch.tensor([[-0.5, -1.5]])  # behaviour log-probs are -1: ratios e^.5 (clipped to 1.2) and e^-.5
+    b.off_policy = torch.tensor([True])
+    loss, m = build("loss", "ppo_clip")(b, new)
+    approx(loss, -0.903265)  # the golden PPO-clip value above, with the behaviour policy as the denominator
+    assert m["clipped_tokens"] == 1
+    b.off_policy = torch.tensor([False])  # on-policy rows: ratio 1 against the detached current policy
+    loss, m = build("loss", "ppo_clip")(b, new)
+    approx(loss, -1.0)
+    assert m["clipped_tokens"] == 0
+
+
+def test_optional_row_fields_survive_select_and_concat():
+    a, b = batch_of([[1.0, 0.0]]), batch_of([[0.0, 1.0, 1.0]])
+    a.weights = torch.tensor([0.25, 3.0])
+    b.off_policy = torch.tensor([True, False, True])
+    both = GroupBatch.concat([a, b])
+    approx(both.weights, [0.25, 3.0, 1.0, 1.0, 1.0])  # rows without a weight weigh 1
+    assert both.off_policy.tolist() == [False, False, True, False, True]  # rows without the flag are on-policy
+    picked = both.select([4, 1])
+    approx(picked.weights, [1.0, 3.0])
+    assert picked.off_policy.tolist() == [True, False]
+    assert GroupBatch.concat([batch_of([[1.0]]), batch_of([[0.0]])]).weights is None
+
+
+@pytest.mark.parametrize("seed", range(3))
+@pytest.mark.parametrize("aggregation", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm"])
+def test_weighted_replayed_loss_invariant_to_permutation_and_split(seed, aggregation):
+    b = random_batch(seed)
+    g = torch.Generator().manual_seed(seed + 7)
+    b.advantages = build("advantage", "grpo")(b)
+    b.weights = torch.rand(len(b), generator=g) * 2
+    b.off_policy = torch.rand(len(b), generator=g) < 0.5
+    b.behaviour_logprobs = (b.old_logprobs - 0.2 * torch.rand(b.old_logprobs.shape, generator=g)) * b.response_mask
+    b.old_logprobs = None  # one epoch: on-policy rows' denominator is the detached current policy
+    loss_fn = build("loss", "ppo_clip", {"aggregation": aggregation, "norm_len": 8})
+    new = (b.behaviour_logprobs + 0.3 * torch.randn(b.behaviour_logprobs.shape, generator=g)) * b.response_mask
+    full, _ = loss_fn(b, new)
+    perm = torch.randperm(len(b), generator=g)
+    permuted, _ = loss_fn(b.select(perm), new[perm])  # advantages travel with their rows
+    approx(permuted, float(full), 1e-6)
+    total = sum(float(loss_fn(b, new[rows], rows)[0]) for rows in ([0, 1], list(range(2, len(b)))))
+    approx(total, float(full), 1e-6)

@@ -11,7 +11,7 @@ from grpo_toys import ToyEngine, make_env, make_policy
 from agents.grpo import checkpoint
 from agents.grpo.batch import group_std
 from agents.grpo.config import from_dict
-from agents.grpo.metrics import TIMING_KEYS
+from agents.grpo.metrics import without_timing
 from agents.grpo.trainer import Trainer, select_trainable
 from agents.policy.engine import HFEngine
 
@@ -77,7 +77,7 @@ def test_training_logprobs_are_the_samplers_at_temperature(tmp_path):
 
 
 def strip(records):
-    return [{k: v for k, v in r.items() if k not in TIMING_KEYS} for r in records]
+    return [without_timing(r) for r in records]
 
 
 class RecordingEngine(ToyEngine):
@@ -316,3 +316,51 @@ def test_sampled_eval_reports_mean_at_k_with_per_task_counts(tmp_path):
 def test_greedy_eval_with_several_samples_is_refused(tmp_path):
     with pytest.raises(ValueError, match="greedy"):
         trainer(tmp_path / "x", eval_samples=4)
+
+
+def test_component_hooks_see_every_generation_call_and_report_metrics(tmp_path):
+    """``bind`` once, ``observe_rollouts`` after every generation call (DAPO's dropped groups included), ``metrics`` in
+    the step's record under ``<stage>.<key>``, and a generation controller's ``prompt`` rewrite reaches the rollouts."""
+    from agents.grpo import registry
+
+    seen: dict[str, list] = {"rollouts": [], "bound": [], "prompts": []}
+
+    @registry.register("probe", stage="generation_controller")
+    class Probe(registry.Component):
+        def bind(self, services):
+            seen["bound"].append(services)
+
+        def sampling(self, sampling, step):
+            return sampling
+
+        def prompt(self, prompt, info, step):
+            return f"{prompt} a"  # one more toy word
+
+        def observe_rollouts(self, batch, wall_s):
+            seen["rollouts"].append((len(batch), batch.num_groups, wall_s))
+            seen["prompts"].extend(batch.prompts)
+
+        def metrics(self):
+            return {"calls": float(len(seen["rollouts"]))}
+
+    try:
+        t = trainer(tmp_path, steps=2, eval_size=0, refill_rounds=2,
+                    stages={"generation_controller": "probe", "group_transform": "dapo", "loss": "dapo"})
+        records = [r for r in t.run(resume=False) if r["kind"] == "train"]
+    finally:
+        registry.unregister("probe", stage="generation_controller")
+    assert len(seen["bound"]) == 1 and seen["bound"][0].cfg is t.cfg
+    lp = seen["bound"][0].logprobs
+    assert all(p.endswith(" a") for p in seen["prompts"])
+    calls = sum(len(r["rounds"]) for r in records)
+    assert calls == len(seen["rollouts"]) >= 2
+    assert [sum(x["rollouts"] for x in r["rounds"]) for r in records] == [r["rollouts"] for r in records]
+    assert all(x["wall_s"] > 0 and x["max_len"] >= x["mean_len"] for r in records for x in r["rounds"])
+    assert records[-1]["generation_controller.calls"] == calls
+    for r in records:  # every generated group counted; DAPO kept exactly the useful ones
+        assert r["groups_generated"] * 8 == r["rollouts"] and r["groups_useful"] >= r["groups"]
+    # the logprob service: the current policy's log-probs, as the training forward computes them
+    t.step += 1
+    batch, _ = t.collect()
+    rows = [0, 3]
+    assert torch.allclose(lp(batch, rows), t._logprobs(t.model, batch, rows)[0].float(), atol=1e-6)

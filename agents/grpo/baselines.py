@@ -12,6 +12,8 @@ Formulas (spec: shared/specs/methods.md), group g with rewards r_i:
   ``seq-mean-token-sum-norm`` sum_it l_it / (number of responses * norm_len)                           (Dr.GRPO)
   ``norm_len`` is a constant (the trainer passes the recipe's ``max_new_tokens``), never the batch's padded width:
   a token's weight must not depend on how long the other responses of its batch happened to be.
+- Row weights (``batch.weights``, data policies) multiply a row's token losses before aggregation; the normalizers
+  are unchanged. Replayed rows (``batch.off_policy``) take their ratio against the stored behaviour log-probs.
 - ``dapo`` = clip-higher (eps_low 0.2, eps_high 0.28) with token-mean, plus the ``dapo`` group transform (dynamic
   sampling): groups whose rewards have zero variance are dropped and the trainer refills with fresh prompts.
 """
@@ -175,6 +177,10 @@ class PPOClipLoss(Component):
         width = logprobs.shape[1]
         mask = batch.response_mask[rows, :width].to(logprobs.dtype)
         old = logprobs.detach() if batch.old_logprobs is None else batch.old_logprobs[rows, :width]
+        if batch.off_policy is not None and bool(batch.off_policy[rows].any()):
+            # replayed rows: the ratio is against the policy that sampled them (a clipped importance ratio)
+            stale = batch.off_policy[rows][:, None]
+            old = torch.where(stale, batch.behaviour_logprobs[rows, :width].to(old.dtype), old)
         adv = batch.advantages[rows]
         adv = adv[:, :width] if adv.dim() == 2 else adv[:, None]
         ratio = torch.exp(logprobs - old)
@@ -187,14 +193,20 @@ class PPOClipLoss(Component):
             kl = torch.exp(delta) - delta - 1.0
             token_loss = token_loss + self.kl_coef * kl
             metrics["kl_sum"] = float((kl.detach() * mask).sum())
-        loss = self.aggregate(token_loss, mask, batch)
+        loss = self.aggregate(token_loss, mask, batch, rows)
         with torch.no_grad():
             metrics["clipped_tokens"] = float(((clipped > unclipped).to(mask.dtype) * mask).sum())
             metrics["tokens"] = float(mask.sum())
         return loss, metrics
 
-    def aggregate(self, token_loss: torch.Tensor, mask: torch.Tensor, batch: GroupBatch) -> torch.Tensor:
+    def aggregate(self, token_loss: torch.Tensor, mask: torch.Tensor, batch: GroupBatch,
+                  rows: torch.Tensor | None = None) -> torch.Tensor:
+        """Sum of ``token_loss`` over ``mask`` with the aggregation's normalizer; rows weighted by ``batch.weights``.
+        The normalizers count rows and tokens, not weights: a weight scales a row's share of the gradient."""
         masked = token_loss * mask
+        if batch.weights is not None:
+            rows = torch.arange(len(batch)) if rows is None else rows
+            masked = masked * batch.weights[rows].to(masked.dtype)[:, None]
         if self.aggregation == "token-mean":
             return masked.sum() / batch.response_mask.sum().clamp(min=1)
         if self.aggregation == "seq-mean-token-mean":

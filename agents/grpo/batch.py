@@ -16,6 +16,8 @@ import torch
 
 _TOKEN_FIELDS = ("behaviour_logprobs", "old_logprobs", "ref_logprobs", "entropies", "response_mask")
 _ROW_FIELDS = ("rewards", "base_rewards", "correct")
+# Optional per-row fields and the value a row without one has.
+_OPTIONAL_ROW_FIELDS = {"weights": 1.0, "off_policy": False}
 _LIST_FIELDS = ("group_ids", "prompt_ids", "response_ids", "texts", "prompts", "infos", "finish_reasons")
 
 
@@ -54,6 +56,12 @@ class GroupBatch:
     old_logprobs: torch.Tensor | None = None  # (B, L) policy before this update (PPO ratio denominator)
     ref_logprobs: torch.Tensor | None = None  # (B, L) frozen reference policy (KL)
     advantages: torch.Tensor | None = None  # (B,) or (B, L)
+    # (B,) per-row loss weights (data policies, DUET's reweighting of aborted rollouts); None = every row weight 1.
+    # Every loss multiplies a row's token losses by its weight before aggregating.
+    weights: torch.Tensor | None = None
+    # (B,) bool: rows sampled by an older policy (replay). The loss takes their ratio against the stored behaviour
+    # log-probs (a clipped importance ratio) instead of against the current policy's.
+    off_policy: torch.Tensor | None = None
     step: int = 0
     temperature: float = 1.0  # the rollouts' sampling temperature (1 for greedy): every log-prob is of softmax(logits / T)
     tokenizer: Any = None  # lets shapers map text positions to tokens; never serialized
@@ -119,7 +127,7 @@ class GroupBatch:
         for f in _LIST_FIELDS:
             values = getattr(self, f)
             changes[f] = [values[i] for i in picked]
-        for f in (*_ROW_FIELDS, *_TOKEN_FIELDS, "advantages"):
+        for f in (*_ROW_FIELDS, *_TOKEN_FIELDS, *_OPTIONAL_ROW_FIELDS, "advantages"):
             value = getattr(self, f)
             changes[f] = None if value is None else value[idx]
         return replace(self, **changes)
@@ -140,6 +148,10 @@ class GroupBatch:
             changes[f] = [x for b in batches for x in getattr(b, f)]
         for f in _ROW_FIELDS:
             changes[f] = torch.cat([getattr(b, f) for b in batches])
+        for f, fill in _OPTIONAL_ROW_FIELDS.items():  # absent in some parts: their default (weight 1, on-policy)
+            values = [getattr(b, f) for b in batches]
+            changes[f] = None if all(v is None for v in values) else torch.cat(
+                [v if v is not None else torch.full((len(b),), fill, dtype=_dtype(values)) for v, b in zip(values, batches)])
         for f in (*_TOKEN_FIELDS, "advantages"):
             values = [getattr(b, f) for b in batches]
             if any(v is None for v in values):
@@ -151,6 +163,16 @@ class GroupBatch:
     def to_record(self) -> dict[str, Any]:
         """Plain-data copy (for replay buffers and checkpoints): every field but the tokenizer."""
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name != "tokenizer"}
+
+
+def _dtype(values: Sequence[torch.Tensor | None]) -> torch.dtype:
+    return next(v.dtype for v in values if v is not None)
+
+
+def task_of(group_id: str) -> str:
+    """The task id inside a trainer group id (``step:round:index:task_id``; task ids may contain colons)."""
+    parts = group_id.split(":", 3)
+    return parts[3] if len(parts) == 4 else group_id
 
 
 def _pad(t: torch.Tensor, width: int) -> torch.Tensor:

@@ -12,6 +12,16 @@ from typing import Any
 TIMING_KEYS = frozenset({"time_s", "gen_s", "train_s", "eval_s", "peak_rss_mb", "wall_s"})
 
 
+def without_timing(record: Any) -> Any:
+    """``record`` less its wall-clock and memory readings, nested ones included (``rounds``): what two runs that
+    computed the same thing agree on."""
+    if isinstance(record, dict):
+        return {k: without_timing(v) for k, v in record.items() if k not in TIMING_KEYS}
+    if isinstance(record, list):
+        return [without_timing(v) for v in record]
+    return record
+
+
 class MetricsLog:
     def __init__(self, path: Path):
         self.path = Path(path)

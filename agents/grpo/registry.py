@@ -44,7 +44,8 @@ class RegistryError(KeyError):
 class Component:
     """Base of every stage component. Hyper-parameters are keyword arguments of ``__init__``.
 
-    ``observe(batch)`` is called with the finished batch of every step (history for stateful components).
+    ``observe(batch)`` is called with the finished batch of every step (history for stateful components),
+    ``observe_rollouts(batch, wall_s)`` after every generation call, ``metrics()`` when the step is logged.
     ``state_dict`` returns plain data (numbers, lists, dicts, numpy RNG states) that ``load_state_dict`` restores.
     """
 
@@ -53,6 +54,19 @@ class Component:
 
     def observe(self, batch: Any) -> None:
         """Called once per step with the final batch; stateless components ignore it."""
+
+    def observe_rollouts(self, batch: Any, wall_s: float) -> None:
+        """Called after every generation call with the rollouts it produced (before any group transform drops
+        groups) and its wall-clock seconds: what allocators learn pass rates, lengths and stragglers from."""
+
+    def bind(self, services: Any) -> None:
+        """Called once by the trainer before training. ``services.logprobs(batch, rows)`` gives the current policy's
+        log-probs ``(len(rows), W)`` without gradients (counted in the run's FLOPs); ``services.cfg`` is the run's
+        config. Components that need neither ignore it."""
+
+    def metrics(self) -> dict[str, float]:
+        """Numbers for this step's train record (written as ``<stage>.<key>``); read after ``observe``."""
+        return {}
 
     def state_dict(self) -> dict[str, Any]:
         return {}

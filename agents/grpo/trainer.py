@@ -23,7 +23,7 @@ import numpy as np
 import torch
 
 from agents.grpo import checkpoint
-from agents.grpo.batch import GroupBatch, Sample
+from agents.grpo.batch import GroupBatch, Sample, group_std
 from agents.grpo.config import TrainConfig
 from agents.grpo.logprobs import response_logprobs
 from agents.grpo.metrics import MetricsLog, plot_curves
@@ -138,6 +138,9 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas),
                                            fused=params[0].device.type in ("cpu", "cuda"))
         self.components = {stage: _build_component(stage, cfg) for stage in STAGES}
+        services = SimpleNamespace(cfg=cfg, logprobs=self.current_logprobs)
+        for c in self.components.values():
+            c.bind(services)
         self.ref_model = None
         if cfg.kl_reference or getattr(self.components["loss"], "kl_coef", 0.0):  # a KL term needs a reference
             self.ref_model = copy.deepcopy(self.model).eval()
@@ -151,10 +154,15 @@ class Trainer:
     # -- rollouts --------------------------------------------------------------------------------------------------
     def _open_groups(self, indices: list[int], step: int, round_: int) -> dict[str, dict[str, Any]]:
         groups: dict[str, dict[str, Any]] = {}
+        # a generation controller may rewrite a task's prompt (hint scaffolding); the rollouts train on what it wrote
+        rewrite = getattr(self.components["generation_controller"], "prompt", None)
         for j, index in enumerate(indices):
             _, info = self.env.reset(options={"index": int(index)})
             gid = f"{step}:{round_}:{j}:{info['task_id']}"
-            groups[gid] = {"task_id": info["task_id"], "prompt": self.policy.prompt_text(info["messages"])}
+            prompt = self.policy.prompt_text(info["messages"])
+            if rewrite is not None:
+                prompt = rewrite(prompt, info, step)
+            groups[gid] = {"task_id": info["task_id"], "prompt": prompt}
         return groups
 
     def _generate(self, requests: dict[str, int], groups: dict[str, dict[str, Any]], seed: int) -> GroupBatch:
@@ -202,6 +210,8 @@ class Trainer:
         n_tasks = len(self.env.unwrapped.source)
         batch: GroupBatch | None = None
         generated, refills, gen_reward, gen_tokens = 0, 0, 0.0, 0
+        rounds: list[dict[str, Any]] = []  # one entry per generation call: its wall-clock and what it produced
+        groups_generated = groups_useful = 0
         for round_ in range(cfg.refill_rounds + 1):
             need = cfg.prompts_per_step - (batch.num_groups if batch is not None else 0)
             if need <= 0:
@@ -213,7 +223,15 @@ class Trainer:
             alloc_round = 0
             while requests:
                 seed = (cfg.seed * 1_000_003 + self.step) * 1009 + round_ * 101 + alloc_round
+                t0 = time.perf_counter()
                 new = self._generate(requests, groups, seed)
+                wall = time.perf_counter() - t0
+                lengths = new.response_lengths
+                rounds.append({"refill": round_, "round": alloc_round, "wall_s": wall, "rollouts": len(new),
+                               "tokens": int(lengths.sum()), "max_len": int(lengths.max()),
+                               "mean_len": float(lengths.float().mean())})
+                for c in comp.values():
+                    c.observe_rollouts(new, wall)
                 generated += len(new)
                 gen_tokens += int(new.response_lengths.sum())
                 gen_reward += float(new.base_rewards.sum())
@@ -222,6 +240,10 @@ class Trainer:
                 alloc_round += 1
             if part is None:
                 continue
+            inverse, keys = part.group_index()
+            spread = group_std(part.base_rewards.double(), inverse, len(keys), unbiased=False)
+            groups_generated += len(keys)
+            groups_useful += int((spread > 1e-12).sum())  # groups with any reward signal, before any filter
             part = comp["group_transform"](part)
             if part is not None:
                 batch = part if batch is None else GroupBatch.concat([batch, part])
@@ -231,7 +253,8 @@ class Trainer:
         self.rollouts_total += generated
         self.tokens_total += gen_tokens
         return batch, {"rollouts": generated, "refill_rounds": refills,
-                       "generated_reward_mean": gen_reward / max(1, generated)}
+                       "generated_reward_mean": gen_reward / max(1, generated), "gen_tokens": gen_tokens,
+                       "groups_generated": groups_generated, "groups_useful": groups_useful, "rounds": rounds}
 
     # -- update ----------------------------------------------------------------------------------------------------
     def _logprobs(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int]) -> tuple[torch.Tensor, ...]:
@@ -251,6 +274,12 @@ class Trainer:
                 lp_out[part, : lp.shape[1]] = lp.float()
                 ent_out[part, : ent.shape[1]] = ent.float()
         return lp_out, ent_out
+
+    def current_logprobs(self, batch: GroupBatch, rows: list[int] | None = None) -> torch.Tensor:
+        """The current policy's log-probs of ``rows`` of ``batch`` ``(len(rows), W)``, no gradients (a service for
+        components, e.g. replay measuring how far the policy drifted from a stored group)."""
+        rows = list(range(len(batch))) if rows is None else list(rows)
+        return self._no_grad_stats(self.model, batch, rows)[0][rows]
 
     def update(self, batch: GroupBatch) -> dict[str, float]:
         cfg, loss_fn = self.cfg, self.components["loss"]
@@ -381,6 +410,8 @@ class Trainer:
         self.engine.sync_weights(self.model)
         for c in comp.values():
             c.observe(batch)
+        for stage, c in comp.items():
+            record.update({f"{stage}.{k}": v for k, v in c.metrics().items()})
         record.update(
             groups=batch.num_groups, samples=len(batch), reward_mean=float(batch.base_rewards.mean()),
             shaped_reward_mean=float(batch.rewards.mean()), accuracy=float(batch.correct.float().mean()),
