@@ -44,13 +44,15 @@ class ToyEngine:
         """Decodes from the policy's own tensors: nothing to copy."""
 
     @torch.no_grad()
-    def generate(self, prompts: list[str], n: int, sampling) -> list[SimpleNamespace]:
+    def generate(self, prompts: list[str], n: int, sampling, *, seeds=None) -> list[SimpleNamespace]:
         tok, model = self.policy.tokenizer, self.policy.model
         gen = torch.Generator().manual_seed(int(sampling.seed or 0))
         eos = tok.eos_token_id
         out = []
-        for prompt in prompts:  # the n rollouts of a prompt decode together (equal prompt lengths, no padding)
-            ids = tok(prompt, add_special_tokens=False)["input_ids"]
+        for i, prompt in enumerate(prompts):  # the n rollouts of a prompt decode together (no padding needed)
+            if seeds is not None:  # the engine interface: prompt i's rollouts depend on seeds[i] only
+                gen = torch.Generator().manual_seed(int(seeds[i]) % 2**63)
+            ids = tok(prompt, add_special_tokens=False)["input_ids"] if isinstance(prompt, str) else list(prompt)
             seq = torch.tensor([ids] * n)
             done = torch.zeros(n, dtype=torch.bool)
             lps, ents, toks = [], [], []

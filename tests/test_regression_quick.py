@@ -30,9 +30,9 @@ def test_quick_comparison_runs_and_is_reused(name: str, tmp_path: Path) -> None:
     messages: list[str] = []
     result = run_comparison(comparison, results_dir=tmp_path / "res", runs_dir=tmp_path / "runs", quick=True,
                             log=messages.append)
-    on_disk = json.loads((tmp_path / "res" / f"{comparison.method}.json").read_text())
+    on_disk = json.loads((tmp_path / "res" / f"{comparison.result_name}.json").read_text())
     assert REQUIRED <= set(on_disk) and on_disk["quick"] is True
-    assert (tmp_path / "res" / f"{comparison.method}.png").stat().st_size > 0
+    assert (tmp_path / "res" / f"{comparison.result_name}.png").stat().st_size > 0
     assert result["recipes"]["method"]["lane"] == comparison.lane
     assert result["recipes"]["method"]["model"] == "tiny" and result["seeds"] == [0, 1]
     for side in ("method", "baseline"):
@@ -143,3 +143,20 @@ def test_a_point_estimate_whose_interval_crosses_zero_is_inconclusive() -> None:
     assert out["verdict"] == "inconclusive" and not out["direction_reproduced"] and out["point_estimate_in_direction"]
     worse = summarize(Comparison("m", "b", "accuracy_auc", "lower", "x"), noisy, base)
     assert worse["verdict"] == "not reproduced"
+
+
+def test_parallel_driver_trains_shared_runs_once_and_writes_results(tmp_path: Path, capsys) -> None:
+    from agents.grpo.regression import main, pending_runs
+
+    selected = [c for n, c in comparisons().items() if n in ("vigor_vs_grpo", "lampo_vs_grpo")]
+    assert len(pending_runs(selected, quick=True)) == 6  # two methods x 2 seeds + the shared GRPO baseline x 2
+    args = ["--quick", "-k", "vigor_vs_grpo", "-k", "lampo_vs_grpo", "--jobs", "2", "--runs-dir",
+            str(tmp_path / "runs"), "--results-dir", str(tmp_path / "res")]
+    assert main(args) == 0
+    out = capsys.readouterr().out
+    assert "6 runs for 2 comparisons" in out and "[6/6]" in out and "vigor_vs_grpo:" in out
+    assert {p.name for p in (tmp_path / "res").glob("*.json")} == {"vigor.json", "lampo.json"}
+    assert len(list((tmp_path / "runs").glob("*/done.json"))) == 6
+    stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
+    assert main(args) == 0  # all done: read back, nothing retrained
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")} == stamps

@@ -17,6 +17,11 @@ Metrics (``value(records)`` per run; the difference is method minus baseline):
   result says how many were censored). Lower is better.
 - ``final_eval_tokens``: mean response length (tokens) of the last held-out eval. Lower is better; the result also
   reports the accuracy difference, since a length claim is "shorter at about equal accuracy".
+- ``tokens_to_target``, ``flops_to_target``, ``wall_to_target``: as ``rollouts_to_target`` with response tokens,
+  generation + training FLOPs (``agents.grpo.flops``) or seconds of generation + update as the cost.
+- ``rollouts_per_useful_group``: rollouts generated per group with any reward variance (counted before any filter).
+- ``accuracy_at_flops``: held-out accuracy of each run at the last eval within the smaller of the pair's two FLOP
+  totals (the pair read at equal compute).
 
 A claim made "at about equal accuracy" sets ``accuracy_tolerance``: its direction reproduces only if, besides the
 metric moving the claimed way, the method's mean final accuracy is at most that far below the baseline's (a method
@@ -66,6 +71,11 @@ class Comparison:
     def name(self) -> str:
         return f"{self.method}_vs_{self.baseline}"
 
+    @property
+    def result_name(self) -> str:
+        """The results file stem: the method's name against GRPO, ``<method>_vs_<baseline>`` against any other."""
+        return self.method if self.baseline == "grpo" else self.name
+
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["seeds"], d["overrides"] = list(self.seeds), list(self.overrides)
@@ -96,9 +106,30 @@ def evals(records: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
     return sorted((r for r in records if r.get("kind") == "eval" and "eval_accuracy" in r), key=lambda r: r["step"])
 
 
+def _cumulative_at(records: Sequence[dict[str, Any]], step: int, key: str = "rollouts_total") -> float:
+    """A cumulative train-record quantity (rollouts, tokens, FLOPs, wall seconds) after ``step``."""
+    if key == "wall_s":
+        return float(sum(r.get("gen_s", 0) + r.get("train_s", 0) for r in records
+                         if r.get("kind") == "train" and r["step"] <= step))
+    done = [r.get(key, 0) for r in records if r.get("kind") == "train" and r["step"] <= step]
+    return float(max(done, default=0))
+
+
 def _rollouts_at(records: Sequence[dict[str, Any]], step: int) -> int:
-    done = [r.get("rollouts_total", 0) for r in records if r.get("kind") == "train" and r["step"] <= step]
-    return int(max(done, default=0))
+    return int(_cumulative_at(records, step))
+
+
+def _last_step(records: Sequence[dict[str, Any]]) -> int:
+    return max((r["step"] for r in records if r.get("kind") == "train"), default=0)
+
+
+def cost_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
+                   cost: str = "rollouts_total") -> float:
+    """``cost`` spent when held-out accuracy first reaches ``start + gain``; the run's total (censored) if never."""
+    for r in evals(records):
+        if r["eval_accuracy"] >= start + gain - 1e-12:
+            return _cumulative_at(records, r["step"], cost)
+    return _cumulative_at(records, _last_step(records), cost)
 
 
 def final_accuracy(records: Sequence[dict[str, Any]], **_: Any) -> float:
@@ -111,10 +142,39 @@ def accuracy_auc(records: Sequence[dict[str, Any]], **_: Any) -> float:
 
 def rollouts_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> float:
     """Rollouts spent when held-out accuracy first reaches ``start + gain``; the total (censored) if never."""
-    for r in evals(records):
-        if r["eval_accuracy"] >= start + gain - 1e-12:
-            return float(_rollouts_at(records, r["step"]))
-    return float(max((r.get("rollouts_total", 0) for r in records if r.get("kind") == "train"), default=0))
+    return cost_to_target(records, start=start, gain=gain, cost="rollouts_total")
+
+
+def tokens_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> float:
+    """Response tokens generated for training until the target (censored at the total)."""
+    return cost_to_target(records, start=start, gain=gain, cost="tokens_total")
+
+
+def flops_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> float:
+    """Generation + training FLOPs (agents.grpo.flops) until the target (censored at the total)."""
+    return cost_to_target(records, start=start, gain=gain, cost="flops_total")
+
+
+def wall_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> float:
+    """Seconds of generation + update (evaluation excluded) until the target (censored at the total)."""
+    return cost_to_target(records, start=start, gain=gain, cost="wall_s")
+
+
+def rollouts_per_useful_group(records: Sequence[dict[str, Any]], **_: Any) -> float:
+    """Rollouts generated per group with any reward variance (before any filter): what a group with signal costs.
+    A run without one counts as all its rollouts for one group (censored, like a target never reached)."""
+    train = [r for r in records if r.get("kind") == "train"]
+    useful = sum(r.get("groups_useful", 0) for r in train)
+    return float(sum(r.get("rollouts", 0) for r in train) / max(1, useful))
+
+
+def accuracy_at_flops(records: Sequence[dict[str, Any]], *, flops: float | None = None, **_: Any) -> float:
+    """Held-out accuracy of the last eval whose cumulative FLOPs are at most ``flops`` (the comparison passes the
+    smaller of the two paired runs' totals): the two runs read at equal compute."""
+    if flops is None:
+        return final_accuracy(records)
+    ok = [r for r in evals(records) if _cumulative_at(records, r["step"], "flops_total") <= flops * (1 + 1e-9)]
+    return float((ok or evals(records)[:1])[-1]["eval_accuracy"])
 
 
 def reached_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> bool:
@@ -127,8 +187,12 @@ def final_eval_tokens(records: Sequence[dict[str, Any]], **_: Any) -> float:
 
 METRICS: dict[str, Callable[..., float]] = {
     "final_accuracy": final_accuracy, "accuracy_auc": accuracy_auc, "rollouts_to_target": rollouts_to_target,
-    "final_eval_tokens": final_eval_tokens,
+    "final_eval_tokens": final_eval_tokens, "tokens_to_target": tokens_to_target, "flops_to_target": flops_to_target,
+    "wall_to_target": wall_to_target, "rollouts_per_useful_group": rollouts_per_useful_group,
+    "accuracy_at_flops": accuracy_at_flops,
 }
+# Metrics whose value needs a target accuracy (start + gain).
+TARGET_METRICS = frozenset({"rollouts_to_target", "tokens_to_target", "flops_to_target", "wall_to_target"})
 
 
 # -- statistics --------------------------------------------------------------------------------------------------------
@@ -181,8 +245,13 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
     # rollouts_to_target: one target for both runs of a seed, from the baseline's start accuracy (the two runs share
     # their start weights and eval draws, so their step-0 evals are equal)
     starts = {s: float(evals(baseline_runs[s])[0]["eval_accuracy"]) for s in seeds}
-    mv = {s: metric(method_runs[s], start=starts[s], **params) for s in seeds}
-    bv = {s: metric(baseline_runs[s], start=starts[s], **params) for s in seeds}
+    # accuracy_at_flops: both runs of a seed read at the smaller of their two FLOP totals
+    flops = {s: min(_cumulative_at(runs[s], _last_step(runs[s]), "flops_total")
+                    for runs in (method_runs, baseline_runs)) for s in seeds}
+    per_seed = {s: {**params, **({"flops": flops[s]} if comparison.metric == "accuracy_at_flops" else {})}
+                for s in seeds}
+    mv = {s: metric(method_runs[s], start=starts[s], **per_seed[s]) for s in seeds}
+    bv = {s: metric(baseline_runs[s], start=starts[s], **per_seed[s]) for s in seeds}
     diffs = [mv[s] - bv[s] for s in seeds]
     interval = t_interval(diffs)
     interval_kind = "student-t over seeds"
@@ -213,17 +282,21 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
         "accuracy": accuracy,
         "accuracy_held": {"tolerance": comparison.accuracy_tolerance, "held": bool(accuracy_held)},
         # context, not the claim: every metric's paired means, whatever the comparison's own metric is
-        "secondary": {name: {"method": float(np.mean([fn(method_runs[s], start=starts[s], **params) for s in seeds])),
-                             "baseline": float(np.mean([fn(baseline_runs[s], start=starts[s], **params)
-                                                        for s in seeds]))}
+        "secondary": {name: {"method": float(np.mean([fn(method_runs[s], start=starts[s], **params, flops=flops[s])
+                                                      for s in seeds])),
+                             "baseline": float(np.mean([fn(baseline_runs[s], start=starts[s], **params,
+                                                           flops=flops[s]) for s in seeds]))}
                       for name, fn in METRICS.items() if name != comparison.metric},
     }
-    if comparison.metric == "rollouts_to_target":
+    if comparison.metric == "accuracy_at_flops":
+        out["flops_read_at"] = {str(s): flops[s] for s in seeds}
+    if comparison.metric in TARGET_METRICS:
         gain = params.get("gain", 0.10)
         out["target"] = {str(s): starts[s] + gain for s in seeds}
         out["censored"] = {"method": sum(not reached_target(method_runs[s], start=starts[s], gain=gain) for s in seeds),
                            "baseline": sum(not reached_target(baseline_runs[s], start=starts[s], gain=gain)
                                            for s in seeds)}
         speedups = [bv[s] / mv[s] for s in seeds if mv[s] > 0]
+        out["target_cost"] = comparison.metric.removesuffix("_to_target")
         out["ratio_baseline_over_method"] = float(np.mean(speedups)) if speedups else None
     return out

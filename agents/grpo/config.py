@@ -45,6 +45,12 @@ class TrainConfig:
     eval_env_kwargs: dict[str, Any] = field(default_factory=lambda: {"seed_base": 1})  # held-out split
     steps: int = 50
     seed: int = 0
+    # Train on the first `train_pool` tasks of the env only (0 = all of them): a finite training set that prompts
+    # recur in, as in multi-epoch RLVR on a fixed data set; history-based selectors and replay need recurring prompts.
+    train_pool: int = 0
+    # Stop once generation + training FLOPs (agents.grpo.flops) reach this many (0 = no budget); the step that crosses
+    # it is the last, with the final eval and checkpoint.
+    flop_budget: float = 0.0
     prompts_per_step: int = 8
     max_new_tokens: int = 256
     temperature: float = 1.0
@@ -90,6 +96,8 @@ class TrainConfig:
         if self.eval_temperature < 0 or (self.eval_temperature == 0 and self.eval_samples > 1):
             raise ValueError(f"eval_samples={self.eval_samples} at eval_temperature={self.eval_temperature}: greedy "
                              "samples are all the same; use eval_samples=1 or a temperature > 0")
+        if self.flop_budget < 0 or self.train_pool < 0:
+            raise ValueError(f"flop_budget and train_pool must be >= 0, got {self.flop_budget}, {self.train_pool}")
         for name, lo in (("steps", 0), ("eval_samples", 1), ("prompts_per_step", 1), ("max_new_tokens", 1), ("micro_batch", 1),
                          ("ppo_epochs", 1), ("eval_size", 0), ("checkpoint_every", 0), ("keep_checkpoints", 1)):
             if int(getattr(self, name)) < lo:

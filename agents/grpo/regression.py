@@ -34,6 +34,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # Method files (agents/methods/) are hashed per run, only those whose components the run's recipe names (and the
 # method files they import): adding or changing one method must not retrain every other method's runs.
 CODE_PATHS = ("agents/grpo/trainer.py", "agents/grpo/batch.py", "agents/grpo/logprobs.py", "agents/grpo/registry.py",
+              "agents/grpo/flops.py", "agents/grpo/history.py",
               "agents/grpo/config.py", "agents/grpo/checkpoint.py", "agents/grpo/baselines.py", "agents/policy",
               "rlvr_envs/core.py", "rlvr_envs/extract.py", "rlvr_envs/tasks", "rlvr_envs/verifiers")
 # Fields that do not change what a run computes.
@@ -156,6 +157,7 @@ def train_run(cfg: TrainConfig, runs_dir: Path, code: str, *, log: Any = None) -
 def _curves(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     train = {r["step"]: r for r in records if r.get("kind") == "train"}
     return [{"step": r["step"], "rollouts": train.get(r["step"], {}).get("rollouts_total", 0),
+             "flops": train.get(r["step"], {}).get("flops_total", 0),
              "tokens": train.get(r["step"], {}).get("tokens_total", 0), "eval_accuracy": r["eval_accuracy"],
              "eval_len_mean": r.get("eval_len_mean")} for r in evals(records)]
 
@@ -202,7 +204,7 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
     summary_code = code_hash(("agents/grpo/comparisons.py", "agents/grpo/regression.py"))
     result_key = hashlib.sha256(json.dumps([comparison.to_dict(), keys, quick, summary_code],
                                            sort_keys=True).encode()).hexdigest()[:16]
-    path = results_dir / f"{comparison.method}.json"
+    path = results_dir / f"{comparison.result_name}.json"
     if path.is_file():
         try:
             old = json.loads(path.read_text())
@@ -230,7 +232,7 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
         "curves": {side: {str(s): _curves(runs[side][s]) for s in seeds} for side in runs},
         "wall_s": {side: {str(s): round(_wall(runs[side][s]), 1) for s in seeds} for side in runs},
         "suite_wall_s": round(time.perf_counter() - t0, 1),
-        "command": f"pytest benchmarks/test_regression.py -k {comparison.method}" + (" --quick" if quick else ""),
+        "command": f"pytest benchmarks/test_regression.py -k {comparison.name}" + (" --quick" if quick else ""),
     }
     results_dir.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".json.tmp")
@@ -238,3 +240,85 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
     os.replace(tmp, path)
     plot(result, path.with_suffix(".png"))
     return result
+
+
+# -- training many runs at once ----------------------------------------------------------------------------------------
+def pending_runs(selected: list[Comparison], *, quick: bool = False) -> list[tuple[TrainConfig, str]]:
+    """Every distinct (config, code key) the selected comparisons need, shared baseline runs once."""
+    shared = code_hash()
+    out: dict[str, tuple[TrainConfig, str]] = {}
+    for comparison in selected:
+        for recipe in (comparison.method, comparison.baseline):
+            for s in QUICK_SEEDS if quick else comparison.seeds:
+                cfg = resolve(comparison, recipe, s, quick=quick)
+                code = run_code_hash(cfg, shared)
+                out.setdefault(run_key(cfg, code), (cfg, code))
+    return list(out.values())
+
+
+def _train_one(args: tuple[dict[str, Any], str, str, int]) -> tuple[str, float]:
+    from agents.grpo.config import from_dict
+
+    data, runs_dir, code, threads = args
+    import torch
+
+    torch.set_num_threads(threads)
+    cfg = from_dict(data)
+    t0 = time.perf_counter()
+    _, key = train_run(cfg, Path(runs_dir), code)
+    return Path(cfg.out_dir).name, time.perf_counter() - t0  # train_run points out_dir at the keyed run folder
+
+
+def train_parallel(selected: list[Comparison], *, runs_dir: Path, jobs: int, quick: bool = False,
+                   log: Any = print) -> None:
+    """Train the runs of ``selected`` comparisons ``jobs`` at a time (processes with ``cpus // jobs`` threads each);
+    finished runs are skipped, interrupted ones resume. Results are then written by ``run_comparison``."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+
+    todo = pending_runs(selected, quick=quick)
+    threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    args = [(cfg.to_dict(), str(runs_dir), code, threads) for cfg, code in todo]
+    if log:
+        log(f"{len(todo)} runs for {len(selected)} comparisons, {jobs} at a time x {threads} threads -> {runs_dir}")
+    with cf.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=mp.get_context("spawn")) as pool:
+        futures = {pool.submit(_train_one, a): a for a in args}
+        for done, fut in enumerate(cf.as_completed(futures), 1):
+            name, wall = fut.result()
+            if log:
+                log(f"[{done}/{len(todo)}] {name}: {wall:.0f} s")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m agents.grpo.regression [-k NAME ...] [--jobs N] [--quick] [--list]``: train the selected
+    comparisons' runs in parallel, then write their results (what ``pytest benchmarks/test_regression.py`` reads)."""
+    import argparse
+
+    from agents.grpo.comparisons import comparisons
+
+    p = argparse.ArgumentParser(prog="python -m agents.grpo.regression", description=main.__doc__)
+    p.add_argument("-k", dest="names", action="append", default=[], help="comparison name substring (repeatable)")
+    p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs trained at once")
+    p.add_argument("--quick", action="store_true", help="tiny model, two steps (a smoke test)")
+    p.add_argument("--list", action="store_true", help="list the comparisons and exit")
+    p.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
+    p.add_argument("--runs-dir", default=None)
+    args = p.parse_args(argv)
+    known = comparisons()
+    selected = [c for n, c in known.items() if not args.names or any(k in n for k in args.names)]
+    if args.list or not selected:
+        for n, c in known.items():
+            print(f"{n:<32} {c.lane:<8} {c.metric:<26} {c.direction}")
+        return 0 if args.list else 2
+    runs_dir = Path(args.runs_dir) if args.runs_dir else default_runs_dir()
+    train_parallel(selected, runs_dir=runs_dir, jobs=args.jobs, quick=args.quick)
+    for c in selected:
+        r = run_comparison(c, results_dir=Path(args.results_dir), runs_dir=runs_dir, quick=args.quick, log=None)
+        lo, hi = r["interval"]
+        print(f"{c.name}: {r['metric']} {r['method_value']:.4g} vs {r['baseline_value']:.4g}, diff "
+              f"{r['difference']:+.4g} [{lo:+.4g}, {hi:+.4g}] -> {r['verdict']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -25,6 +25,7 @@ import torch
 from agents.grpo import checkpoint
 from agents.grpo.batch import GroupBatch, Sample, group_std
 from agents.grpo.config import TrainConfig
+from agents.grpo.flops import FlopModel
 from agents.grpo.logprobs import response_logprobs
 from agents.grpo.metrics import MetricsLog, plot_curves
 from agents.grpo.registry import STAGES, Component, build, get
@@ -32,7 +33,7 @@ from agents.policy.fastpath import resolve_precision
 from rlvr_envs.core import step_single_turn
 
 # Keys a resumed run may change: how long it runs and how it reports, not what it computes.
-RESUME_MAY_CHANGE = frozenset({"steps", "out_dir", "progress", "plot", "eval_every", "checkpoint_every",
+RESUME_MAY_CHANGE = frozenset({"steps", "flop_budget", "out_dir", "progress", "plot", "eval_every", "checkpoint_every",
                                "keep_checkpoints", "description"})
 
 
@@ -132,6 +133,11 @@ class Trainer:
         self.tokenizer = policy.tokenizer
         self.pad_id = int(getattr(self.tokenizer, "pad_token_id", None) or 0)
         self.trainable = select_trainable(self.model, cfg.train_layers)
+        try:
+            layers = decoder_layers(self.model)
+        except ValueError:
+            layers = None
+        self.flop_model = FlopModel.of(self.model, layers)
         params = [p for p in self.model.parameters() if p.requires_grad]
         self.autocast_bf16 = resolve_precision(cfg.precision, params[0].device) == "bf16" and params[0].dtype == torch.float32
         # fused: one kernel over all parameters instead of ~10 elementwise passes each (CPU and CUDA, fp32 or bf16)
@@ -150,6 +156,7 @@ class Trainer:
         self.step = 0
         self.rollouts_total = 0
         self.tokens_total = 0  # response tokens generated for training (the rollout cost a board reports)
+        self.flops = {"generation": 0.0, "training": 0.0}  # cumulative, agents.grpo.flops
 
     # -- rollouts --------------------------------------------------------------------------------------------------
     def _open_groups(self, indices: list[int], step: int, round_: int) -> dict[str, dict[str, Any]]:
@@ -158,11 +165,14 @@ class Trainer:
         rewrite = getattr(self.components["generation_controller"], "prompt", None)
         for j, index in enumerate(indices):
             _, info = self.env.reset(options={"index": int(index)})
+            task = getattr(self.env.unwrapped, "task", None)  # what a prompt rewrite may read: reference, metadata
+            info = {**info, "answer": getattr(task, "answer", None),
+                    "metadata": dict(getattr(task, "metadata", None) or {})}
             gid = f"{step}:{round_}:{j}:{info['task_id']}"
             prompt = self.policy.prompt_text(info["messages"])
             if rewrite is not None:
                 prompt = rewrite(prompt, info, step)
-            groups[gid] = {"task_id": info["task_id"], "prompt": prompt}
+            groups[gid] = {"task_id": info["task_id"], "prompt": prompt, "index": int(index)}
         return groups
 
     def _generate(self, requests: dict[str, int], groups: dict[str, dict[str, Any]], seed: int) -> GroupBatch:
@@ -178,9 +188,16 @@ class Trainer:
             sampling = ctrl.sampling(make_sampling(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                                    max_new_tokens=self.cfg.max_new_tokens, seed=call_seed), self.step)
             torch.manual_seed(call_seed)  # engines without a per-call seed still draw reproducibly
-            rollouts = self.engine.generate([groups[g]["prompt"] for g in gids], n, sampling)
+            prompts = [groups[g]["prompt"] for g in gids]
+            # a generation controller may run the generation itself (DUET's marker-gated abort)
+            controlled = getattr(ctrl, "generate", None)
+            rollouts = (controlled(self.engine, prompts, n, sampling) if controlled is not None
+                        else self.engine.generate(prompts, n, sampling))
             if len(rollouts) != n * len(gids):
                 raise RuntimeError(f"engine returned {len(rollouts)} rollouts for {len(gids)} prompts x {n}")
+            self.flops["generation"] += self.flop_model.generation(
+                [len(ro.prompt_ids) for ro in rollouts], [len(ro.response_ids) for ro in rollouts],
+                [len(rollouts[k * n].prompt_ids) for k in range(len(gids))])
             samples: list[Sample] = []
             for k, ro in enumerate(rollouts):
                 gid = gids[k // n]
@@ -191,7 +208,8 @@ class Trainer:
                     response_ids=list(ro.response_ids), text=ro.text, reward=float(reward),
                     correct=bool(info.get("correct", reward > 0)), logprobs=ro.logprobs, entropies=ro.entropies,
                     finish_reason=ro.finish_reason,
-                    info={"task_id": groups[gid]["task_id"], "parsed_answer": info.get("parsed_answer"),
+                    info={"task_id": groups[gid]["task_id"], "index": groups[gid]["index"],
+                          "parsed_answer": info.get("parsed_answer"),
                           "format_ok": info.get("format_ok"), "answer": info.get("answer")}))
             # Engines report log-probs of softmax(logits / T) (T = 1 when greedy); training takes the same T.
             part = GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer,
@@ -208,6 +226,8 @@ class Trainer:
         """Prompts -> rollouts in allocator rounds -> group transform, refilled while groups are missing."""
         cfg, comp = self.cfg, self.components
         n_tasks = len(self.env.unwrapped.source)
+        if cfg.train_pool:
+            n_tasks = min(n_tasks, cfg.train_pool)
         batch: GroupBatch | None = None
         generated, refills, gen_reward, gen_tokens = 0, 0, 0.0, 0
         rounds: list[dict[str, Any]] = []  # one entry per generation call: its wall-clock and what it produced
@@ -267,6 +287,9 @@ class Trainer:
         """``(logprobs, entropies)`` (B, W) of ``rows`` (default: all) in micro-batches; other rows stay 0."""
         rows = list(range(len(batch))) if rows is None else rows
         lp_out, ent_out = torch.zeros_like(batch.behaviour_logprobs), torch.zeros_like(batch.entropies)
+        self.flops["training"] += self.flop_model.training(
+            [len(batch.prompt_ids[i]) for i in rows], [len(batch.response_ids[i]) for i in rows], passes=0,
+            no_grad_passes=1)
         with torch.no_grad():
             for start in range(0, len(rows), self.cfg.micro_batch):
                 part = rows[start:start + self.cfg.micro_batch]
@@ -291,6 +314,8 @@ class Trainer:
         totals: dict[str, float] = defaultdict(float)
         ent_sum = 0.0
         params = [p for p in self.model.parameters() if p.requires_grad]
+        self.flops["training"] += self.flop_model.training(
+            [len(p) for p in batch.prompt_ids], [len(r) for r in batch.response_ids], passes=cfg.ppo_epochs)
         for _ in range(cfg.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total = 0.0
@@ -352,7 +377,7 @@ class Trainer:
         trainable = set(self.trainable)
         return {
             "step": self.step, "rollouts_total": self.rollouts_total, "tokens_total": self.tokens_total,
-            "config": self.cfg.to_dict(),
+            "flops": dict(self.flops), "config": self.cfg.to_dict(),
             "model": {k: v.detach().clone() for k, v in self.model.named_parameters() if k in trainable},
             "optimizer": self.optimizer.state_dict(),
             "components": {stage: c.state_dict() for stage, c in self.components.items()},
@@ -387,6 +412,7 @@ class Trainer:
         self.engine.sync_weights(self.model)  # the engine was built from the initial weights
         self.step, self.rollouts_total = int(state["step"]), int(state["rollouts_total"])
         self.tokens_total = int(state.get("tokens_total", 0))
+        self.flops = {k: float(v) for k, v in state.get("flops", {"generation": 0.0, "training": 0.0}).items()}
         self.metrics.truncate_after(self.step)
         return True
 
@@ -398,7 +424,9 @@ class Trainer:
         record: dict[str, Any] = {"kind": "train", "step": self.step, **gen, "rollouts_total": self.rollouts_total,
                                   "tokens_total": self.tokens_total}
         if batch is None:  # every group dropped and no refill left: nothing to learn from this step
-            record.update(groups=0, skipped=True)
+            for stage, c in self.components.items():
+                record.update({f"{stage}.{k}": v for k, v in c.metrics().items()})
+            record.update(groups=0, skipped=True, **self.flop_record())
             return record
         comp = self.components
         batch.rewards = comp["reward_shaper"](batch).float()
@@ -418,9 +446,17 @@ class Trainer:
             response_len_mean=float(batch.response_lengths.float().mean()),
             sampler_entropy=float((batch.entropies * batch.response_mask).sum() / batch.response_mask.sum().clamp(min=1)),
             adv_abs_mean=float(batch.advantages.abs().mean()), **upd,
-            gen_s=t_gen, train_s=time.perf_counter() - t0 - t_gen,
+            gen_s=t_gen, train_s=time.perf_counter() - t0 - t_gen, **self.flop_record(),
             peak_rss_mb=resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)
         return record
+
+    def flop_record(self) -> dict[str, float]:
+        """Cumulative FLOPs so far (``agents.grpo.flops``): generation, training and their sum."""
+        gen, train = self.flops["generation"], self.flops["training"]
+        return {"flops_gen": gen, "flops_train": train, "flops_total": gen + train}
+
+    def over_flop_budget(self) -> bool:
+        return bool(self.cfg.flop_budget) and self.flops["generation"] + self.flops["training"] >= self.cfg.flop_budget
 
     def run(self, *, resume: bool = True, stop_after: int | None = None) -> list[dict[str, Any]]:
         """Train to ``cfg.steps`` (resuming from ``out_dir`` unless ``resume=False``); ``stop_after`` ends the session
@@ -437,11 +473,12 @@ class Trainer:
             from tqdm import tqdm
 
             bar = tqdm(total=cfg.steps, initial=self.step, desc=Path(cfg.out_dir).name, unit="step")
-        while self.step < cfg.steps and (stop_after is None or self.step < stop_after):
+        while (self.step < cfg.steps and not self.over_flop_budget()
+               and (stop_after is None or self.step < stop_after)):
             self.step += 1
             record = self.train_step()
             self.metrics.write(record)
-            last = self.step == cfg.steps
+            last = self.step == cfg.steps or self.over_flop_budget()
             if cfg.eval_size and (last or (cfg.eval_every and self.step % cfg.eval_every == 0)):
                 ev = self.evaluate()
                 self.metrics.write({"kind": "eval", "step": self.step, **ev})

@@ -190,3 +190,18 @@ def check_trace(numbers: Sequence[int], target: int, text: str, *, max_lines: in
         if valid and mark == "!" and result == target:
             out.reached = True
     return out
+
+
+def solution_branch(trace: str) -> list[str]:
+    """The lines of a search trace on the branch that reaches the target (``!``), top-down with their indentation;
+    ``[]`` when no line claims the target. Dead ends and abandoned siblings are left out."""
+    stack: list[str] = []
+    for raw in trace.split("<answer>", 1)[0].splitlines():
+        m = _LINE.match(raw)
+        if m is None:
+            continue
+        depth = len(m.group(1))
+        stack = stack[:depth] + [raw]
+        if m.group(7):  # "!"
+            return stack
+    return []

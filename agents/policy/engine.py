@@ -9,7 +9,8 @@ order. Conventions shared by every backend:
   ``entropies[k]`` is the entropy of that same distribution.
 - ``response_ids`` include the EOS token when the model stopped by itself (its logprob matters for learning to stop);
   ``text`` never contains special tokens. On a stop string, ``response_ids`` end with the token that completed it and
-  ``text`` is cut before it (vLLM's convention). ``finish_reason`` is ``"stop"`` (EOS or stop string) or ``"length"``.
+  ``text`` is cut before it (vLLM's convention). ``finish_reason`` is ``"stop"`` (EOS or stop string) or ``"length"``
+  (``"abort"`` when ``generate_with_abort`` stopped it).
 - Randomness: each rollout has its own generator seeded from ``seeds[i]`` (or ``sampling.seed`` and the prompt index)
   and its sample index, so a rollout does not depend on which other rollouts share its batch.
 """
@@ -23,7 +24,7 @@ import functools
 import inspect
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -31,7 +32,7 @@ import torch
 
 from agents.policy.fastpath import PackedLinearCache, resolve_precision
 
-FINISH_REASONS = ("stop", "length")
+FINISH_REASONS = ("stop", "length", "abort")  # abort: stopped by a generation controller (generate_with_abort)
 
 
 @dataclass(frozen=True)
@@ -443,6 +444,48 @@ class HFEngine(RolloutEngine):
         else:
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return Rollout(list(prompt), list(ids), text, list(lps), list(ents), reason, seed=row.seed)
+
+
+def generate_with_abort(engine: RolloutEngine, prompts: Sequence[str] | Sequence[Sequence[int]], n: int,
+                        sampling: SamplingParams, *, abort_after: int, markers: Sequence[str]) -> list[Rollout]:
+    """Generate with a marker-gated abort, on any engine: every rollout first decodes up to ``abort_after`` tokens;
+    one still running then is stopped (``finish_reason="abort"``) unless its text already contains one of
+    ``markers`` (it has committed to an answer), in which case it continues to ``sampling.max_new_tokens``.
+
+    The continuation is a second ``generate`` call on the rollout's own token ids (prompt + response so far), never
+    on re-tokenized text, with its own seed derived from the rollout's: the joined rollout is a sample of the same
+    policy, and its log-probs and entropies are those of the tokens as sampled.
+    """
+    if not isinstance(abort_after, int) or abort_after < 1:
+        raise ValueError(f"abort_after must be an int >= 1, got {abort_after!r}")
+    markers = tuple(markers)
+    if not markers or any(not isinstance(m, str) or not m for m in markers):
+        raise ValueError(f"markers must be non-empty strings, got {markers!r}")
+    if abort_after >= sampling.max_new_tokens:
+        return engine.generate(prompts, n, sampling)
+    first = engine.generate(prompts, n, replace(sampling, max_new_tokens=abort_after))
+    keep = [k for k, ro in enumerate(first) if ro.finish_reason == "length" and any(m in ro.text for m in markers)]
+    for k, ro in enumerate(first):
+        if ro.finish_reason == "length" and k not in keep:
+            ro.finish_reason = "abort"
+    if keep:
+        rest = replace(sampling, max_new_tokens=sampling.max_new_tokens - abort_after)
+        # the rollout's own seed, else (engines that do not report one) the call's seed and the rollout's index
+        roots = [(getattr(first[k], "seed", None), k) for k in keep]
+        seeds = [int(np.random.SeedSequence(int(s) if s is not None else int(sampling.seed or 0),
+                                            spawn_key=(1,) if s is not None else (1, k)).generate_state(1, np.uint64)[0]
+                     >> 1) for s, k in roots]
+        tails = engine.generate([first[k].prompt_ids + first[k].response_ids for k in keep], 1, rest, seeds=seeds)
+        tokenizer = getattr(engine, "tokenizer", None)
+        for k, tail in zip(keep, tails):
+            ro = first[k]
+            ids = ro.response_ids + tail.response_ids
+            text = tokenizer.decode(ids, skip_special_tokens=True) if tokenizer is not None else ro.text + tail.text
+            ents = None if ro.entropies is None or tail.entropies is None else list(ro.entropies) + list(tail.entropies)
+            first[k] = Rollout(list(ro.prompt_ids), ids, text, list(ro.logprobs) + list(tail.logprobs), ents,
+                               tail.finish_reason, seed=getattr(ro, "seed", None),
+                               meta={**getattr(ro, "meta", {}), "continued_at": abort_after})
+    return first
 
 
 def make_engine(policy: Any, backend: str = "hf", **kwargs: Any) -> RolloutEngine:
