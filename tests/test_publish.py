@@ -91,6 +91,10 @@ def test_publish_creates_the_pinned_lane_board_with_a_training_block(runs, tmp_p
     assert t["wall_time_s"] == pytest.approx(sum(r["gen_s"] + r["train_s"] for r in train)
                                              + sum(r["eval_s"] for r in evals), abs=1e-3)
     assert t["flops_estimate"] == pytest.approx(t["flops_generation"] + t["flops_update"]) and t["flops_generation"] > 0
+    # the trainer's own count, not an estimate
+    assert (t["flops_estimate"], t["flops_generation"], t["flops_update"]) == \
+           (train[-1]["flops_total"], train[-1]["flops_gen"], train[-1]["flops_train"])
+    assert t["flops_formula"].startswith("counted by the trainer")
     assert t["weights_hash"] == entry["weights_hash"]
     # the harness's greedy evaluation of the final policy is the trainer's last held-out eval
     assert entry["metrics"]["accuracy"] == evals[-1]["eval_accuracy"]

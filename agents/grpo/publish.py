@@ -29,6 +29,12 @@ FLOPS_FORMULA = (
     "response length; attention's context-length term and held-out evaluations are not counted")
 
 
+MEASURED_FLOPS = (
+    "counted by the trainer (agents.grpo.flops): 2 FLOPs per linear weight per token plus causal attention "
+    "(4 * context * d_attn per layer) for every prefill, decoded token, training forward and backward (through the "
+    "trainable span) and no-grad pass; held-out evaluations are not counted")
+
+
 class RunNotPublishable(ValueError):
     """A run directory that cannot be published (no checkpoint, unfinished, no lane, ...), with the reason."""
 
@@ -193,15 +199,23 @@ def _training(run_dir: Path, state: Mapping[str, Any], path: Path, policy: Any, 
     n_params, n_trainable = int(policy.n_params), int(policy.info.get("n_trainable", 0))
     prompt_tokens = mean_prompt_tokens(policy, cfg.env, cfg.env_kwargs)
     kl = bool(cfg.kl_reference or (cfg.params.get("loss") or {}).get("kl_coef"))
-    flops = estimate_flops(records, n_params=n_params, n_trainable=n_trainable, prompt_tokens=prompt_tokens,
-                           rollouts=rollouts, response_tokens=tokens, update_passes=cfg.ppo_epochs,
-                           no_grad_passes=int(kl) + int(cfg.ppo_epochs > 1))
+    measured = [r for r in records if r.get("kind") == "train" and "flops_total" in r]
+    if measured:  # counted by the trainer from the tokens it processed (agents.grpo.flops)
+        last = max(measured, key=lambda r: int(r["step"]))
+        flops = {"total": float(last["flops_total"]), "generation": float(last["flops_gen"]),
+                 "update": float(last["flops_train"])}
+        formula = MEASURED_FLOPS
+    else:  # runs from before the trainer counted FLOPs
+        flops = estimate_flops(records, n_params=n_params, n_trainable=n_trainable, prompt_tokens=prompt_tokens,
+                               rollouts=rollouts, response_tokens=tokens, update_passes=cfg.ppo_epochs,
+                               no_grad_passes=int(kl) + int(cfg.ppo_epochs > 1))
+        formula = FLOPS_FORMULA
     return {
         "method": method, "description": cfg.description, "lane": cfg.lane, "seed": int(cfg.seed),
         "base_model": cfg.model, "steps": step, "rollouts": rollouts, "response_tokens": tokens,
         "prompt_tokens_mean_est": round(prompt_tokens, 2), "n_params": n_params, "n_trainable": n_trainable,
         "flops_estimate": flops["total"], "flops_generation": flops["generation"], "flops_update": flops["update"],
-        "flops_formula": FLOPS_FORMULA, "wall_time_s": round(wall_time(records), 3),
+        "flops_formula": formula, "wall_time_s": round(wall_time(records), 3),
         "curve": learning_curve(records), "checkpoint": path.name, "run_dir": run_dir.name,
         "weights_hash": policy.weights_hash,
     }
@@ -226,7 +240,8 @@ def publish_run(run_dir: str | os.PathLike, *, boards_dir: str | os.PathLike | N
     run_dir = Path(run_dir)
     state, path = _final_state(run_dir)
     cfg = _config(state, path)
-    if int(state.get("step", 0)) < cfg.steps:
+    flops_spent = sum(float(v) for v in (state.get("flops") or {}).values())
+    if int(state.get("step", 0)) < cfg.steps and not (cfg.flop_budget and flops_spent >= cfg.flop_budget):
         raise RunNotPublishable(f"{run_dir}: the newest checkpoint ({path.name}) is at step {state.get('step')} of "
                                 f"{cfg.steps}; finish the run first (rerun the same command: it resumes)")
     if board is None:
