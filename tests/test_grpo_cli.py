@@ -76,9 +76,12 @@ def strip(path: Path):
     return [without_timing(json.loads(x)) for x in path.read_text().splitlines()]
 
 
-def test_sigkill_mid_run_then_resume_continues_exactly(tmp_path):
-    args = [sys.executable, "-m", "rlvr_envs.cli", "train", "grpo",
-            *sets([*SMALL, "steps=4", "checkpoint_every=2", "eval_every=3", "params.rollout_allocator.n=4"])]
+# stateful components: a pass-rate history, token budgets, a replay buffer with stored groups, a dual variable
+@pytest.mark.parametrize(("recipe", "extra"), [("grpo", ["params.rollout_allocator.n=4"]), ("duet", []),
+                                               ("hd_replay", ["params.replay_buffer.max_drift=5.0"]), ("sagc", [])])
+def test_sigkill_mid_run_then_resume_continues_exactly(recipe, extra, tmp_path):
+    args = [sys.executable, "-m", "rlvr_envs.cli", "train", recipe,
+            *sets([*SMALL, "steps=4", "checkpoint_every=2", "eval_every=3", "train_pool=3", *extra])]
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OMP_WAIT_POLICY": "PASSIVE"}
     ref, cut = tmp_path / "ref", tmp_path / "cut"
     subprocess.run([*args, "--set", f"out_dir={ref}"], check=True, env=env, cwd=ROOT, capture_output=True,

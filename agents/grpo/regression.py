@@ -289,6 +289,43 @@ def train_parallel(selected: list[Comparison], *, runs_dir: Path, jobs: int, qui
                 log(f"[{done}/{len(todo)}] {name}: {wall:.0f} s")
 
 
+def board_for(comparison: Comparison) -> str:
+    """The board a comparison's runs go to: ``lane-<lane>``, or ``lane-<lane>-<result>`` when its overrides change
+    the lane's task (another env, other env kwargs): a board ranks one task set."""
+    return f"lane-{comparison.lane}" if not comparison.overrides else f"lane-{comparison.lane}-{comparison.result_name}"
+
+
+def publish_runs(selected: list[Comparison], *, runs_dir: Path, boards_dir: Path, results_dir: Path,
+                 seeds: tuple[int, ...] | None = None, log: Any = print) -> list[dict[str, Any]]:
+    """Evaluate every finished run of ``selected`` through the harness and submit it to its lane's board (each
+    (recipe, seed) once; an entry already on the board for the same weights is skipped)."""
+    from agents.grpo.publish import describe_entry, publish_run
+    from rlvr_envs.harness.leaderboard import load_board
+
+    shared, entries, seen = code_hash(), [], set()
+    for comparison in selected:
+        board = board_for(comparison)
+        for recipe in (comparison.method, comparison.baseline):
+            for s in seeds or comparison.seeds:
+                cfg = resolve(comparison, recipe, s)
+                key = run_key(cfg, run_code_hash(cfg, shared))
+                run_dir = runs_dir / f"{Path(cfg.out_dir).name}-s{s}-{key}"
+                if (board, run_dir) in seen or not (run_dir / "done.json").is_file():
+                    continue
+                seen.add((board, run_dir))
+                path = boards_dir / f"{board}.json"
+                on_board = {e.get("training", {}).get("run_dir") for e in load_board(path)["entries"]} \
+                    if path.is_file() else set()
+                if run_dir.name in on_board:
+                    continue
+                entry = publish_run(run_dir, boards_dir=boards_dir, board=board, results_dir=results_dir,
+                                    method=recipe)
+                entries.append(entry)
+                if log:
+                    log(f"{board}: {describe_entry(entry)}")
+    return entries
+
+
 def main(argv: list[str] | None = None) -> int:
     """``python -m agents.grpo.regression [-k NAME ...] [--jobs N] [--quick] [--list]``: train the selected
     comparisons' runs in parallel, then write their results (what ``pytest benchmarks/test_regression.py`` reads)."""
@@ -303,6 +340,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--list", action="store_true", help="list the comparisons and exit")
     p.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--runs-dir", default=None)
+    p.add_argument("--publish", action="store_true",
+                   help="then evaluate every finished run through the harness and submit it to its lane's board")
+    p.add_argument("--boards-dir", default=str(ROOT / "leaderboards" / "boards"))
+    p.add_argument("--board-results-dir", default=str(ROOT / "leaderboards" / "results"))
     args = p.parse_args(argv)
     known = comparisons()
     selected = [c for n, c in known.items() if not args.names or any(k in n for k in args.names)]
@@ -317,6 +358,9 @@ def main(argv: list[str] | None = None) -> int:
         lo, hi = r["interval"]
         print(f"{c.name}: {r['metric']} {r['method_value']:.4g} vs {r['baseline_value']:.4g}, diff "
               f"{r['difference']:+.4g} [{lo:+.4g}, {hi:+.4g}] -> {r['verdict']}")
+    if args.publish and not args.quick:
+        publish_runs(selected, runs_dir=runs_dir, boards_dir=Path(args.boards_dir),
+                     results_dir=Path(args.board_results_dir))
     return 0
 
 
