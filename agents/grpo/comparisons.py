@@ -69,12 +69,13 @@ class Comparison:
 
     @property
     def name(self) -> str:
-        return f"{self.method}_vs_{self.baseline}"
+        """``<method>_vs_<baseline>``, with ``_<lane>`` on any lane but the micro lane."""
+        return f"{self.method}_vs_{self.baseline}" + ("" if self.lane == "micro" else f"_{self.lane}")
 
     @property
     def result_name(self) -> str:
-        """The results file stem: the method's name against GRPO, ``<method>_vs_<baseline>`` against any other."""
-        return self.method if self.baseline == "grpo" else self.name
+        """The results file stem: the method's name against GRPO on the micro lane, else the comparison's name."""
+        return self.method if self.baseline == "grpo" and self.lane == "micro" else self.name
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

@@ -8,8 +8,11 @@ Our reading (the abstract stops before the predictor; all choices are hyper-para
 - predictor: each task's pass rate is a Beta posterior from every rollout of it seen so far (``PassRates``: prior mean
   the running global pass rate, ``prior`` pseudo-rollouts, old counts discounted by ``decay`` on each revisit); the
   predicted probability that a group of ``group_size`` saturates is ``E[p^G] + E[(1-p)^G]`` under it.
-- skip rule: a candidate whose predicted saturation exceeds ``threshold`` is skipped, except with probability
-  ``explore`` (so estimates of skipped prompts still get refreshed as the policy changes).
+- skip rule: a candidate whose predicted saturation exceeds ``threshold`` (default 0.5: a saturated group is more
+  likely than not) is skipped, except with probability ``explore`` (so estimates of skipped prompts still get
+  refreshed as the policy changes). With the default prior, one saturated group of 8 predicts saturation of about 0.5 for
+  the next (0.46 after an all-correct one at a global pass rate of 0.35): a threshold near 1 would skip almost
+  nothing in a run where each prompt recurs a few times.
 - candidates are drawn uniformly without replacement from the training tasks; if fewer than ``k`` survive among
   ``candidates * k`` draws, the least-saturated of the skipped ones fill the step (a step never runs short).
 Prompts recur only in a finite training set (``train_pool``); on an unseen prompt the predictor knows only the global
@@ -28,7 +31,7 @@ from agents.grpo.registry import SeededComponent, register
 
 @register("saturation_skip", stage="prompt_selector")
 class SaturationSkipSelector(SeededComponent):
-    def __init__(self, group_size: int = 8, threshold: float = 0.9, explore: float = 0.1, candidates: int = 4,
+    def __init__(self, group_size: int = 8, threshold: float = 0.5, explore: float = 0.1, candidates: int = 4,
                  prior: float = 2.0, decay: float = 1.0, seed: int = 0):
         if group_size < 2 or not 0 < threshold <= 1 or not 0 <= explore <= 1 or candidates < 1:
             raise ValueError(f"saturation_skip: need group_size >= 2, 0 < threshold <= 1, 0 <= explore <= 1, "
