@@ -83,6 +83,13 @@ class Comparison:
         return d
 
 
+# The micro lane's finite-data variant: train on the first 512 tasks only (each drawn ~4 times in 60 steps), as in
+# multi-epoch RLVR on a fixed data set. Methods that learn from a prompt's history (pass-rate posteriors, headroom,
+# hint levels) need prompts that recur; their comparisons put both sides on it, so the baseline trains on it too.
+# The other rollout-budget comparisons of that paper family (budget schedules, data policies) share the variant and
+# its GRPO baseline runs.
+FINITE_POOL = ("train_pool=512",)
+
 _COMPARISONS: dict[str, Comparison] = {}
 
 

@@ -290,9 +290,14 @@ def train_parallel(selected: list[Comparison], *, runs_dir: Path, jobs: int, qui
 
 
 def board_for(comparison: Comparison) -> str:
-    """The board a comparison's runs go to: ``lane-<lane>``, or ``lane-<lane>-<result>`` when its overrides change
-    the lane's task (another env, other env kwargs): a board ranks one task set."""
-    return f"lane-{comparison.lane}" if not comparison.overrides else f"lane-{comparison.lane}-{comparison.result_name}"
+    """The board a comparison's runs go to: ``lane-<lane>``; ``lane-<lane>-pool<N>`` for runs on a finite training
+    pool (``train_pool=N``, the same held-out tasks, another training regime); ``lane-<lane>-<result>`` when other
+    overrides change the lane's task (env kwargs): a board ranks one task set under one regime."""
+    pools = [o.split("=", 1)[1] for o in comparison.overrides if o.startswith("train_pool=")]
+    others = [o for o in comparison.overrides if not o.startswith("train_pool=")]
+    if others:
+        return f"lane-{comparison.lane}-{comparison.result_name}"
+    return f"lane-{comparison.lane}" + (f"-pool{pools[0]}" if pools else "")
 
 
 def publish_runs(selected: list[Comparison], *, runs_dir: Path, boards_dir: Path, results_dir: Path,
@@ -334,7 +339,8 @@ def main(argv: list[str] | None = None) -> int:
     from agents.grpo.comparisons import comparisons
 
     p = argparse.ArgumentParser(prog="python -m agents.grpo.regression", description=main.__doc__)
-    p.add_argument("-k", dest="names", action="append", default=[], help="comparison name substring (repeatable)")
+    p.add_argument("-k", dest="names", action="append", default=[],
+                   help="a comparison's name, or a substring of names (repeatable)")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs trained at once")
     p.add_argument("--quick", action="store_true", help="tiny model, two steps (a smoke test)")
     p.add_argument("--list", action="store_true", help="list the comparisons and exit")
@@ -346,7 +352,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--board-results-dir", default=str(ROOT / "leaderboards" / "results"))
     args = p.parse_args(argv)
     known = comparisons()
-    selected = [c for n, c in known.items() if not args.names or any(k in n for k in args.names)]
+    # -k NAME: that comparison when NAME is one, else every comparison whose name contains it
+    selected = [c for n, c in known.items() if not args.names
+                or any(k == n or (k not in known and k in n) for k in args.names)]
     if args.list or not selected:
         for n, c in known.items():
             print(f"{n:<32} {c.lane:<8} {c.metric:<26} {c.direction}")

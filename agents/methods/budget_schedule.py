@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agents.grpo.batch import GroupBatch
-from agents.grpo.comparisons import Comparison, declare
+from agents.grpo.comparisons import FINITE_POOL, Comparison, declare
 from agents.grpo.registry import Component, register
 
 SCHEDULES = ("linear", "cosine", "constant")
@@ -78,6 +78,6 @@ class BudgetScheduleAllocator(Component):
 
 
 declare(Comparison(
-    method="budget_schedule", baseline="grpo", metric="final_accuracy", direction="higher",
+    method="budget_schedule", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     claim="varying the per-update rollout budget across training (here 4 -> 12 per prompt, mean 8) beats a fixed "
           "budget at the same total rollouts (arXiv 2610.09679; our reading of the schedule)"))

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 import torch
 
 from agents.grpo.batch import GroupBatch, group_std
-from agents.grpo.comparisons import Comparison, declare
+from agents.grpo.comparisons import FINITE_POOL, Comparison, declare
 from agents.grpo.registry import Component, register
 
 RULES = ("drop_zero_variance", "truncated", "dedupe", "cap_group")
@@ -98,6 +98,6 @@ class DataPolicy(Component):
 
 
 declare(Comparison(
-    method="data_policy", baseline="grpo", metric="final_accuracy", direction="higher",
+    method="data_policy", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     claim="a data policy (our reading of arXiv 2609.06107: truncated rollouts weigh 0.5, duplicate responses share "
           "one weight) beats using every rollout at weight 1"))

@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from agents.grpo.batch import GroupBatch, task_of
-from agents.grpo.comparisons import Comparison, declare
+from agents.grpo.comparisons import FINITE_POOL, Comparison, declare
 from agents.grpo.history import PassRates, greedy_allocation
 from agents.grpo.registry import Component, SeededComponent, register
 from agents.policy.engine import generate_with_abort
@@ -174,7 +174,7 @@ class DuetReweight(Component):
 
 
 declare(Comparison(
-    method="duet", baseline="grpo", metric="final_accuracy", direction="higher",
+    method="duet", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     claim="DUET with 50% of full-budget GRPO's tokens beats full-budget GRPO (Qwen3-1.7B; up to 2.51x speed-up); "
           "here budget_fraction = 0.5 of the first step's full-budget tokens"))
 declare(Comparison(

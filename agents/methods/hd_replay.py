@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from agents.grpo.batch import GroupBatch, group_std, task_of
-from agents.grpo.comparisons import Comparison, declare
+from agents.grpo.comparisons import FINITE_POOL, Comparison, declare
 from agents.grpo.history import PassRates
 from agents.grpo.registry import SeededComponent, register
 
@@ -160,9 +160,9 @@ class UniformReplay(_Buffer):
 
 
 declare(Comparison(
-    method="hd_replay", baseline="grpo", metric="final_accuracy", direction="higher",
+    method="hd_replay", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     claim="Headroom-Drift replay beside the unchanged fresh stream beats on-policy GRPO at the same fresh rollouts "
           "(paper: Avg Mean@32 above naive replay and matching broader replay methods)"))
 declare(Comparison(
-    method="hd_replay", baseline="replay_uniform", metric="final_accuracy", direction="higher",
+    method="hd_replay", baseline="replay_uniform", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     claim="Headroom-Drift replay outperforms naive (uniform) replay of the same number of stored groups"))

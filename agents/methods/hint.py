@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 from agents.grpo.batch import GroupBatch, task_of
-from agents.grpo.comparisons import Comparison, declare
+from agents.grpo.comparisons import FINITE_POOL, Comparison, declare
 from agents.grpo.registry import Component, register
 from agents.policy.countdown_traces import solution_branch, write_trace
 
@@ -114,6 +114,6 @@ class HintScaffold(Component):
 
 declare(Comparison(
     method="hint", baseline="grpo", metric="final_accuracy", direction="higher",
-    overrides=("env_kwargs.min_numbers=4", "env_kwargs.max_numbers=4"),
+    overrides=(*FINITE_POOL, "env_kwargs.min_numbers=4", "env_kwargs.max_numbers=4"),
     claim="scaffolding all-wrong prompts with a growing reference-solution prefix learns where GRPO gets no reward "
           "(here: the micro policy, warm-started on 3 numbers, trained and evaluated on Countdown with 4)"))

@@ -26,7 +26,7 @@ from typing import Any
 import torch
 
 from agents.grpo.batch import GroupBatch, task_of
-from agents.grpo.comparisons import Comparison, declare
+from agents.grpo.comparisons import FINITE_POOL, Comparison, declare
 from agents.grpo.history import PassRates
 from agents.grpo.registry import Component, register
 
@@ -106,6 +106,6 @@ class SAGCAllocator(Component):
 
 
 declare(Comparison(
-    method="sagc", baseline="grpo", metric="wall_to_target", direction="lower",
+    method="sagc", baseline="grpo", metric="wall_to_target", direction="lower", overrides=FINITE_POOL,
     claim="straggler-aware group sizing cuts wall-clock time of synchronous GRPO at competitive reward (our reading: "
           "seconds of generation + update until held-out accuracy reaches start + 0.10)"))

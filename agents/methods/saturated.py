@@ -24,7 +24,7 @@ from __future__ import annotations
 from typing import Any
 
 from agents.grpo.batch import GroupBatch
-from agents.grpo.comparisons import Comparison, declare
+from agents.grpo.comparisons import FINITE_POOL, Comparison, declare
 from agents.grpo.history import PassRates
 from agents.grpo.registry import SeededComponent, register
 
@@ -85,6 +85,6 @@ class SaturationSkipSelector(SeededComponent):
 
 
 declare(Comparison(
-    method="saturated", baseline="dapo", metric="rollouts_per_useful_group", direction="lower",
+    method="saturated", baseline="dapo", metric="rollouts_per_useful_group", direction="lower", overrides=FINITE_POOL,
     claim="predicting saturated groups before generation spends fewer rollouts per group with signal than DAPO's "
           "filter-after-generation (arXiv 2607.26253; our reading: rollouts generated / groups with reward variance)"))

@@ -20,7 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agents.grpo.batch import GroupBatch, task_of
-from agents.grpo.comparisons import Comparison, declare
+from agents.grpo.comparisons import FINITE_POOL, Comparison, declare
 from agents.grpo.history import PassRates, greedy_allocation
 from agents.grpo.registry import Component, register
 
@@ -69,6 +69,6 @@ class SignalBudgetAllocator(Component):
 
 
 declare(Comparison(
-    method="signal_budget", baseline="grpo", metric="final_accuracy", direction="higher",
+    method="signal_budget", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     claim="rollouts per prompt set by expected training signal beat a fixed group size at the same total rollouts "
           "(arXiv 2606.05606; our reading of the allocation rule)"))
