@@ -160,7 +160,7 @@ def test_render_shows_training_columns_and_learning_curves(runs, tmp_path):
     site = tmp_path / "site"
     assert rlvr_main(["leaderboard", "--boards-dir", str(boards), "render", "--out", str(site)]) == 0
     page = (site / "index.html").read_text()
-    for head in ("train rollouts", "train tokens", "train FLOPs (est.)", "train wall s"):
+    for head in ("train rollouts", "train tokens", "train FLOPs", "train wall s"):
         assert f"<th>{head}</th>" in page
     assert "not re-verifiable" in page and 'src="curves/lane-micro.png"' in page
     assert page.count("tiny + grpo (seed") >= 2 and f'data-v="{board["entries"][0]["training"]["rollouts"]}"' in page

@@ -128,7 +128,7 @@ def board_table(board: dict[str, Any]) -> str:
     trained = has_training(board)
     head = ["#", "model", "label", "tasks", "samples", "accuracy", "pass@n", "maj@n", "mean length", "median length",
             "format errors", "tokens", "wall s",
-            *(["train rollouts", "train tokens", "train FLOPs (est.)", "train wall s"] if trained else []),
+            *(["train rollouts", "train tokens", "train FLOPs", "train wall s"] if trained else []),
             "submitted", "provenance"]
     rows = []
     for rank, e in enumerate(entries, 1):
@@ -182,8 +182,9 @@ def render_site(boards_dir: str | os.PathLike | None = None, out_dir: str | os.P
             curves = (f' <a href="{src}"><img class="plot" src="{src}" alt="learning curves for {name}"></a>'
                       '<p class="reported">Trained entries: the accuracy columns are re-verified like every entry; '
                       "the training columns (rollouts, tokens, FLOPs, wall time) and the learning curves are the "
-                      "training run's own report, stored as submitted and not re-verifiable. FLOPs are an "
-                      "approximate estimate (formula in each row's provenance).</p>")
+                      "training run's own report, stored as submitted and not re-verifiable. FLOPs are the "
+                      "trainer's count (an estimate for runs from before it counted; how, in each row's "
+                      "provenance).</p>")
         sections.append(
             f'<section id="{html.escape(path.stem, quote=True)}"><h2>{name} &mdash; {html.escape(board["env_id"])}</h2>'
             f'<p class="pin">{html.escape(pin_summary(board))}</p>'
