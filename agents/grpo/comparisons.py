@@ -56,6 +56,8 @@ class Comparison:
     accuracy_tolerance: float | None = None
     # Set once measured and not reproduced: the numbers (and commit) of that run. The suite then expects it to fail.
     known_result: str = ""
+    # Names a variant when one method has several comparisons against one baseline on one lane (other overrides).
+    tag: str = ""
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:
@@ -69,13 +71,14 @@ class Comparison:
 
     @property
     def name(self) -> str:
-        """``<method>_vs_<baseline>``, with ``_<lane>`` on any lane but the micro lane."""
-        return f"{self.method}_vs_{self.baseline}" + ("" if self.lane == "micro" else f"_{self.lane}")
+        """``<method>_vs_<baseline>``, with ``_<lane>`` on any lane but the micro lane and ``_<tag>`` for a variant."""
+        return (f"{self.method}_vs_{self.baseline}" + ("" if self.lane == "micro" else f"_{self.lane}")
+                + (f"_{self.tag}" if self.tag else ""))
 
     @property
     def result_name(self) -> str:
         """The results file stem: the method's name against GRPO on the micro lane, else the comparison's name."""
-        return self.method if self.baseline == "grpo" and self.lane == "micro" else self.name
+        return self.method if self.baseline == "grpo" and self.lane == "micro" and not self.tag else self.name
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

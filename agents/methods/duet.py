@@ -178,6 +178,6 @@ declare(Comparison(
     claim="DUET with 50% of full-budget GRPO's tokens beats full-budget GRPO (Qwen3-1.7B; up to 2.51x speed-up); "
           "here budget_fraction = 0.5 of the first step's full-budget tokens"))
 declare(Comparison(
-    method="duet", baseline="grpo", metric="final_accuracy", direction="higher", lane="smollm2",
+    method="duet", baseline="grpo", metric="final_accuracy", direction="higher", lane="smollm2", seeds=(0, 1),
     claim="DUET with 50% of full-budget GRPO's tokens beats full-budget GRPO, on the real-model lane (SmolLM2-135M, "
           "greedy held-out accuracy)"))

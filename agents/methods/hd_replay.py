@@ -166,3 +166,7 @@ declare(Comparison(
 declare(Comparison(
     method="hd_replay", baseline="replay_uniform", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     claim="Headroom-Drift replay outperforms naive (uniform) replay of the same number of stored groups"))
+declare(Comparison(
+    method="hd_replay", baseline="grpo", metric="final_accuracy", direction="higher", lane="smollm2", seeds=(0, 1),
+    claim="Headroom-Drift replay beats on-policy GRPO at the same fresh rollouts, on the real-model lane "
+          "(SmolLM2-135M, greedy held-out accuracy)"))
