@@ -175,6 +175,10 @@ class DuetReweight(Component):
 
 declare(Comparison(
     method="duet", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
+    known_result=(
+        "micro lane, finite-pool variant, seeds 0-2: with 58% of GRPO's response tokens (280k vs 482k) and 57% of "
+        "its rollouts, final mean@4 0.476 vs 0.497, diff -0.021 [95% -0.044, +0.003]: close, not above; at equal "
+        "FLOPs (DUET's total) 0.476 vs 0.441"),
     claim="DUET with 50% of full-budget GRPO's tokens beats full-budget GRPO (Qwen3-1.7B; up to 2.51x speed-up); "
           "here budget_fraction = 0.5 of the first step's full-budget tokens"))
 declare(Comparison(
