@@ -19,13 +19,17 @@ sys.path.insert(0, str(ROOT))
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| comparison | metric | method | baseline | difference [95%] | final accuracy m / b | verdict |",
-            "|---|---|---|---|---|---|---|"]
+    rows = ["| comparison | lane | seeds | metric | method | baseline | difference [95%] | final accuracy m / b | "
+            "verdict | commit |",
+            "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lo, hi = r["interval"]
-        rows.append(f"| {r['method']} vs {r['baseline']} | {r['metric']} | {r['method_value']:.4g} | "
-                    f"{r['baseline_value']:.4g} | {r['difference']:+.4g} [{lo:+.4g}, {hi:+.4g}] | "
-                    f"{r['accuracy']['method']:.3f} / {r['accuracy']['baseline']:.3f} | {r['verdict']} |")
+        overrides = (r.get("recipes", {}).get("method") or {}).get("train_pool")
+        lane = r["lane"] + (f" (train_pool={overrides})" if overrides and r["lane"] == "micro" else "")
+        rows.append(f"| {r['method']} vs {r['baseline']} | {lane} | {len(r['seeds'])} | {r['metric']} | "
+                    f"{r['method_value']:.4g} | {r['baseline_value']:.4g} | {r['difference']:+.4g} "
+                    f"[{lo:+.4g}, {hi:+.4g}] | {r['accuracy']['method']:.3f} / {r['accuracy']['baseline']:.3f} | "
+                    f"{r['verdict']} | {(r.get('commit') or '?')[:7]} |")
     return "\n".join(rows)
 
 

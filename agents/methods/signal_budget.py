@@ -70,5 +70,9 @@ class SignalBudgetAllocator(Component):
 
 declare(Comparison(
     method="signal_budget", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
+    known_result=(
+        "micro lane, finite-pool variant, seeds 0-2, both sides 15,360 rollouts: final mean@4 0.495 vs 0.488, diff "
+        "+0.007 [95% -0.014, +0.028]: inconclusive (groups of 2-11 by expected signal, about 3 prompts a step at "
+        "the minimum)"),
     claim="rollouts per prompt set by expected training signal beat a fixed group size at the same total rollouts "
           "(arXiv 2606.05606; our reading of the allocation rule)"))
