@@ -161,6 +161,11 @@ class UniformReplay(_Buffer):
 
 declare(Comparison(
     method="hd_replay", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
+    known_result=(
+        "micro lane, finite-pool variant, seeds 0-2, equal fresh rollouts (3.9 of 64 stored groups replayed a "
+        "step, mean drift 0.016-0.019): final mean@4 0.489 vs 0.488, diff +0.002 [95% -0.020, +0.023]: "
+        "inconclusive. A run on an earlier build of the warm start (the build is not bit-exact across processes) "
+        "gave 0.520 vs 0.497, +0.023 [+0.003, +0.042]; it did not replicate"),
     claim="Headroom-Drift replay beside the unchanged fresh stream beats on-policy GRPO at the same fresh rollouts "
           "(paper: Avg Mean@32 above naive replay and matching broader replay methods)"))
 declare(Comparison(
