@@ -170,6 +170,10 @@ declare(Comparison(
           "(paper: Avg Mean@32 above naive replay and matching broader replay methods)"))
 declare(Comparison(
     method="hd_replay", baseline="replay_uniform", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
+    known_result=(
+        "micro lane, finite-pool variant, seeds 0-2, the same number of replayed groups: final mean@4 0.489 vs "
+        "0.485, diff +0.004 [95% -0.028, +0.034]: inconclusive. An earlier warm-start build gave 0.520 vs 0.485, "
+        "+0.035 [+0.008, +0.068]; it did not replicate"),
     claim="Headroom-Drift replay outperforms naive (uniform) replay of the same number of stored groups"))
 declare(Comparison(
     method="hd_replay", baseline="grpo", metric="final_accuracy", direction="higher", lane="smollm2", seeds=(0, 1),
