@@ -80,8 +80,8 @@ class BudgetScheduleAllocator(Component):
 declare(Comparison(
     method="budget_schedule", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     known_result=(
-        "micro lane, finite-pool variant, seeds 0-2, 60 steps, 15360 rollouts each: final mean@4 0.486 vs GRPO 0.497, "
-        "diff -0.011 [95% paired bootstrap -0.029, +0.008]; it reached start+0.10 sooner (5824 vs 7680 rollouts) "
-        "while its groups were small, then fell behind"),
+        "micro lane, finite-pool variant, seeds 0-2, 60 steps, 15360 rollouts each: final mean@4 0.482 vs GRPO 0.488, "
+        "diff -0.005 [95% paired bootstrap -0.031, +0.018]: not above. An earlier warm-start build gave 0.486 vs "
+        "0.497, -0.011 [-0.029, +0.008]"),
     claim="varying the per-update rollout budget across training (here 4 -> 12 per prompt, mean 8) beats a fixed "
           "budget at the same total rollouts (arXiv 2610.09679; our reading of the schedule)"))
