@@ -24,8 +24,8 @@ def table(results: list[dict]) -> str:
             "|---|---|---|---|---|---|---|---|---|---|"]
     for r in results:
         lo, hi = r["interval"]
-        overrides = (r.get("recipes", {}).get("method") or {}).get("train_pool")
-        lane = r["lane"] + (f" (train_pool={overrides})" if overrides and r["lane"] == "micro" else "")
+        pool = (r.get("recipes", {}).get("method") or {}).get("train_pool")
+        lane = r["lane"] + (f" (train_pool={pool})" if pool and r["lane"] == "micro" else "")
         rows.append(f"| {r['method']} vs {r['baseline']} | {lane} | {len(r['seeds'])} | {r['metric']} | "
                     f"{r['method_value']:.4g} | {r['baseline_value']:.4g} | {r['difference']:+.4g} "
                     f"[{lo:+.4g}, {hi:+.4g}] | {r['accuracy']['method']:.3f} / {r['accuracy']['baseline']:.3f} | "
