@@ -100,8 +100,9 @@ class DataPolicy(Component):
 declare(Comparison(
     method="data_policy", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     known_result=(
-        "micro lane, finite-pool variant, seeds 0-2: final mean@4 0.444 vs GRPO 0.497, diff -0.053 [95% -0.095, "
-        "-0.012]: worse, and responses grew (33.7 vs 28.7 tokens); a guess, not tested: down-weighting duplicate "
-        "traces weakens the signal of the commonest correct answer"),
+        "micro lane, finite-pool variant, seeds 0-2, equal rollouts: final mean@4 0.428 vs GRPO 0.488, diff -0.060 "
+        "[95% -0.083, -0.036]: worse, with 1.06-1.07x the response tokens (about 67 duplicate rows a step "
+        "down-weighted, no group dropped or capped); an earlier warm-start build gave 0.444 vs 0.497, -0.053 "
+        "[-0.095, -0.012]"),
     claim="a data policy (our reading of arXiv 2609.06107: truncated rollouts weigh 0.5, duplicate responses share "
           "one weight) beats using every rollout at weight 1"))
