@@ -115,6 +115,12 @@ class HintScaffold(Component):
 declare(Comparison(
     method="hint", baseline="grpo", metric="final_accuracy", direction="higher", tag="hard",
     overrides=(*FINITE_POOL, "env_kwargs.min_target=60", "env_kwargs.max_target=120"),
+    known_result=(
+        "micro lane, hard-target finite-pool variant, seeds 0-2 (commit b138fe5 runs): final mean@4 0.283 vs GRPO "
+        "0.286, diff -0.003 [95% paired bootstrap -0.020, +0.018]: not reproduced. GRPO is not stuck here: from "
+        "0.6-2.1% at step 0 both reach ~0.28 (GRPO's sampled reward 0.05 -> 0.27). Hints were on 14 of 32 groups a "
+        "step and halved the rollouts per group with reward variance (20.2 vs 42.2); they reached start + 0.10 at "
+        "2,560 vs 3,413 rollouts (at the 10-step eval resolution), but not a higher final accuracy"),
     claim="scaffolding all-wrong prompts with a growing reference-solution prefix learns where GRPO gets almost no "
           "reward (here: Countdown-3 with targets 60-120, beyond the warm start's 2-40: the untrained policy solves "
           "0.9% of samples and 7.5% of tasks ever in 8 samples, measured on 40 tasks)"))
