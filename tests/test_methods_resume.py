@@ -27,13 +27,16 @@ CASES = {
               {"reward_shaper": {"window": 2, "ema": 0.5, "growth": 1.5, "b_min": 1}}, {"max_new_tokens": 4}),
     "qlpo": ({"group_transform": "qlpo"},
              {"rollout_allocator": {"n": 6}, "group_transform": {"group_size": 4, "beta": 0.5}}, {}),
+    "dash": ({"advantage": "dash"}, {"advantage": {"eta": 0.3}}, {}),
+    "graphpo": ({"advantage": "graphpo"}, {"advantage": {"alpha": 1.0, "lam_eff": 0.1}}, {}),
 }
 METRIC = {"saturation_skip": "prompt_selector.skipped", "signal_budget": "rollout_allocator.group_max",
           "budget_schedule": "rollout_allocator.group_size", "duet": "generation_controller.abort_rate",
           "sagc": "rollout_allocator.lambda", "headroom_drift": "replay_buffer.drift_mean",
           "replay_uniform": "replay_buffer.replayed_groups", "data_policy": "group_transform.truncated_rows",
           "hint_scaffold": "generation_controller.hinted_groups", "acoer": "reward_shaper.alpha",
-          "qlpo": "group_transform.kept_len_mean"}
+          "qlpo": "group_transform.kept_len_mean", "dash": "advantage.commit_rows",
+          "graphpo": "advantage.step_rows"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
