@@ -29,6 +29,13 @@ CASES = {
              {"rollout_allocator": {"n": 6}, "group_transform": {"group_size": 4, "beta": 0.5}}, {}),
     "dash": ({"advantage": "dash"}, {"advantage": {"eta": 0.3}}, {}),
     "graphpo": ({"advantage": "graphpo"}, {"advantage": {"alpha": 1.0, "lam_eff": 0.1}}, {}),
+    "dre": ({"group_transform": "dre"}, {"group_transform": {"max_edits": 2}}, {}),
+    "rredcot": ({"advantage": "rredcot"}, {"advantage": {"template": "{answer}", "split": "tokens=1"}}, {}),
+    "mc_step": ({"advantage": "mc_step"}, {"advantage": {"split": "tokens=1", "verifier": "match",
+                                                         "answer_pattern": r"^\s*(\S+)", "rollouts_per_boundary": 2}},
+                {}),
+    "garl": ({"loss": "garl"}, {"loss": {"q": 0.75}}, {}),
+    "paft": ({"loss": "paft"}, {"loss": {"q": 0.75}}, {}),
 }
 METRIC = {"saturation_skip": "prompt_selector.skipped", "signal_budget": "rollout_allocator.group_max",
           "budget_schedule": "rollout_allocator.group_size", "duet": "generation_controller.abort_rate",
@@ -36,7 +43,8 @@ METRIC = {"saturation_skip": "prompt_selector.skipped", "signal_budget": "rollou
           "replay_uniform": "replay_buffer.replayed_groups", "data_policy": "group_transform.truncated_rows",
           "hint_scaffold": "generation_controller.hinted_groups", "acoer": "reward_shaper.alpha",
           "qlpo": "group_transform.kept_len_mean", "dash": "advantage.commit_rows",
-          "graphpo": "advantage.step_rows"}
+          "graphpo": "advantage.step_rows", "dre": "group_transform.edits", "rredcot": "advantage.scoring_sequences",
+          "mc_step": "advantage.continuations", "garl": "loss.raw_scale_mean", "paft": "loss.p_hat_mean"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
