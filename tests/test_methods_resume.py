@@ -8,6 +8,7 @@ import pytest
 from grpo_toys import make_env
 from test_grpo_trainer import strip, trainer
 
+MODES_TOY = {"nothink": {"marker": "a", "cap": 3}, "short": {"marker": "b", "cap": 4}, "long": {"marker": "c", "cap": 6}}
 CASES = {
     "saturation_skip": ({"prompt_selector": "saturation_skip", "group_transform": "dapo", "loss": "dapo"},
                         {"prompt_selector": {"threshold": 0.5, "candidates": 2}}, {"refill_rounds": 1}),
@@ -36,6 +37,9 @@ CASES = {
                 {}),
     "garl": ({"loss": "garl"}, {"loss": {"q": 0.75}}, {}),
     "paft": ({"loss": "paft"}, {"loss": {"q": 0.75}}, {}),
+    "modes": ({"generation_controller": "mode_caps", "reward_shaper": "mode_reward"},
+              {"generation_controller": {"modes": MODES_TOY}, "reward_shaper": {"modes": MODES_TOY}},
+              {"max_new_tokens": 6}),
 }
 METRIC = {"saturation_skip": "prompt_selector.skipped", "signal_budget": "rollout_allocator.group_max",
           "budget_schedule": "rollout_allocator.group_size", "duet": "generation_controller.abort_rate",
@@ -44,7 +48,8 @@ METRIC = {"saturation_skip": "prompt_selector.skipped", "signal_budget": "rollou
           "hint_scaffold": "generation_controller.hinted_groups", "acoer": "reward_shaper.alpha",
           "qlpo": "group_transform.kept_len_mean", "dash": "advantage.commit_rows",
           "graphpo": "advantage.step_rows", "dre": "group_transform.edits", "rredcot": "advantage.scoring_sequences",
-          "mc_step": "advantage.continuations", "garl": "loss.raw_scale_mean", "paft": "loss.p_hat_mean"}
+          "mc_step": "advantage.continuations", "garl": "loss.raw_scale_mean", "paft": "loss.p_hat_mean",
+          "modes": "generation_controller.share_nothink"}
 
 
 @pytest.mark.parametrize("name", list(CASES))
