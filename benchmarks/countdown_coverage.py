@@ -92,6 +92,37 @@ def per_task(records: Sequence[Mapping[str, Any]], k: int) -> dict[str, Any]:
     return {"values": {m: np.asarray(v, dtype=float) for m, v in values.items()}, "tasks": tasks, "sources": sources}
 
 
+def unselected_entrances(records: Sequence[Mapping[str, Any]], task_numbers: Any, *, seed: int = 0) -> dict[str, str]:
+    """Per task, an entrance its samples did not start with: drawn (``default_rng((seed, task index))``) among the
+    task's solvable entrances that none of its samples used; the least used one when every solvable entrance was
+    used. ``task_numbers(task_id) -> (numbers, target)``. What the entrance intervention gives the policy
+    (``entrances=`` + ``entrance_as="prefill"``)."""
+    from collections import Counter
+
+    from rlvr_envs.harness.coverage import response_entrance
+    from rlvr_envs.tasks.countdown import solvable_entrances
+
+    groups: dict[int, list[Mapping[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(int(r["task_index"]), []).append(r)
+    table = {}
+    for ti, group in sorted(groups.items()):
+        numbers, target = task_numbers(str(group[0]["task_id"]))
+        options = sorted(solvable_entrances(numbers, int(target)), key=lambda e: e.text)
+        if not options:
+            continue
+        used: Counter[tuple[int, str, int]] = Counter()
+        for r in group:
+            entrance, _ = response_entrance(r.get("response"), r.get("parsed_answer"))
+            if entrance is not None:
+                used[tuple(entrance)] += 1
+        fresh = [e for e in options if used[(e.a, e.op, e.b)] == 0]
+        pool = fresh or [min(options, key=lambda e: (used[(e.a, e.op, e.b)], e.text))]
+        pick = pool[int(np.random.default_rng((seed, ti)).integers(len(pool)))]
+        table[str(group[0]["task_id"])] = pick.text
+    return table
+
+
 def bootstrap_interval(diffs: Sequence[float], *, n_boot: int = 2000, seed: int = 0,
                        level: float = 0.95) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of paired per-task differences (tasks resampled with replacement)."""
@@ -155,8 +186,10 @@ def format_report(report: Mapping[str, Any], k: int) -> str:
 def run(specs: Sequence[str], *, lane: str = "micro", tasks: int = 100, k: int = 8, seed: int = 0,
         temperature: float = 1.0, max_new_tokens: int | None = None, n_boot: int = 2000,
         env_kwargs: Mapping[str, Any] | None = None, results_dir: Path | None = None, batch_size: int = 64,
-        dtype: str = "float32") -> dict[str, Any]:
-    """Sample every policy and compare them (see the module docstring); the JSON report."""
+        dtype: str = "float32", unselected: bool = False) -> dict[str, Any]:
+    """Sample every policy and compare them (see the module docstring); the JSON report. ``unselected``: sample each
+    policy again with, on every task, an entrance none of its own samples started with as the first line of the
+    response (``unselected_entrances``; the entrance intervention), reported as ``<policy>+unselected``."""
     from agents.grpo.config import load_lane
 
     if tasks < 1 or k < 1:
@@ -166,6 +199,16 @@ def run(specs: Sequence[str], *, lane: str = "micro", tasks: int = 100, k: int =
     max_new = int(max_new_tokens or settings.get("eval_max_new_tokens") or settings.get("max_new_tokens", 192))
     per_policy: dict[str, Any] = {}
     described: dict[str, Any] = {}
+    import gymnasium as gym
+
+    import rlvr_envs  # noqa: F401  (registers the IDs)
+
+    source = gym.make(env_id, **kwargs).unwrapped.source
+
+    def task_numbers(task_id: str) -> tuple[list[int], int]:
+        task = source.task(source.index_of(task_id))
+        return task.metadata["numbers"], int(task.answer)
+
     for i, spec in enumerate(specs):
         label = spec if spec not in per_policy else f"{spec}#{i}"
         policy = load(spec, dtype=dtype)
@@ -177,6 +220,15 @@ def run(specs: Sequence[str], *, lane: str = "micro", tasks: int = 100, k: int =
         described[label] = {"spec": spec, "model": policy.name, "weights_hash": policy.weights_hash,
                             "source": getattr(policy, "source", None),
                             "results_file": None if out is None else str(out)}
+        if unselected:
+            table = unselected_entrances(results.records, task_numbers, seed=seed)
+            out2 = None if out is None else out.with_name(out.stem + "-unselected.json")
+            again = sample(policy, env_id, {**kwargs, "entrances": table, "entrance_as": "prefill"}, tasks=tasks, k=k,
+                           seed=seed, temperature=temperature, max_new_tokens=max_new,
+                           precision=settings.get("precision", "fp32"), batch_size=batch_size, out=out2)
+            per_policy[f"{label}+unselected"] = per_task(again.records, k)
+            described[f"{label}+unselected"] = {**described[label], "intervention": "unselected entrance prefilled",
+                                                "results_file": None if out2 is None else str(out2)}
     report = compare(per_policy, n_boot=n_boot, seed=seed)
     for label, desc in described.items():
         report["policies"][label] = {**desc, **report["policies"][label]}
@@ -204,6 +256,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--results-dir", default=None, help="keep each policy's harness results file here")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--unselected", action="store_true",
+                    help="also sample each policy with an entrance it did not select prefilled (the intervention)")
     ap.add_argument("--out", default=None, help="write the JSON report here")
     args = ap.parse_args(argv)
     extra = json.loads(args.env_kwargs)
@@ -212,7 +266,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     report = run(args.policies, lane=args.lane, tasks=args.tasks, k=args.k, seed=args.seed,
                  temperature=args.temperature, max_new_tokens=args.max_new_tokens, n_boot=args.bootstrap,
                  env_kwargs=extra, results_dir=None if args.results_dir is None else Path(args.results_dir),
-                 batch_size=args.batch_size, dtype=args.dtype)
+                 batch_size=args.batch_size, dtype=args.dtype, unselected=args.unselected)
     print(f"{report['settings']['env_id']} held-out ({args.lane} lane): {args.tasks} tasks x {args.k} samples at "
           f"T={args.temperature}; differences vs {report['baseline']} with 95% bootstrap intervals over tasks")
     print(format_report(report, args.k))

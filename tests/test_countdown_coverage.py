@@ -102,3 +102,33 @@ def test_script_on_a_trained_run_directory(tmp_path):
     assert report["policies"][str(run_dir)]["model"] == "tiny + grpo (seed 0)"
     assert report["policies"][str(run_dir)]["source"].startswith("trained: step-1.pt of grpo-s0")
     assert set(report["differences"][str(run_dir)]) == set(cc.METRICS)
+
+
+def test_unselected_entrances_avoid_what_the_samples_started_with():
+    """Numbers [2, 3, 4] -> 24 (solvable entrances include 4 * 3, 3 + 2, 4 + 2, 4 * 2, 3 * 2, ...): a task whose samples
+    all started with 4*3 gets another solvable entrance; the draw is seeded per task."""
+    from rlvr_envs.tasks.countdown import solvable_entrances
+
+    meta = {"numbers": [2, 3, 4], "target": 24, "solution": "2*3*4"}
+    trace = "4*3=12 [2 12]\n 12*2=24 !\n<answer>4*3*2</answer>"
+    records = [{"task_index": 0, "sample_index": j, "task_id": "countdown-0", "correct": True, "parsed_answer": "4*3*2",
+                "response": trace, "metadata": meta} for j in range(3)]
+    table = cc.unselected_entrances(records, lambda task_id: ([2, 3, 4], 24), seed=0)
+    options = {e.text for e in solvable_entrances([2, 3, 4], 24)}
+    assert set(table) == {"countdown-0"} and table["countdown-0"] in options
+    assert not table["countdown-0"].startswith("4 * 3")
+    assert cc.unselected_entrances(records, lambda task_id: ([2, 3, 4], 24), seed=0) == table  # deterministic
+
+
+def test_script_with_the_unselected_entrance_intervention(tmp_path):
+    report = cc.run(["tiny"], tasks=2, k=2, max_new_tokens=6, n_boot=20, unselected=True,
+                    results_dir=tmp_path / "res")
+    assert list(report["policies"]) == ["tiny", "tiny+unselected"]
+    again = json.loads((tmp_path / "res" / "coverage-0-tiny-unselected.json").read_text())
+    # every response of the intervention run starts with the prefilled entrance line
+    assert again["config"]["env_kwargs"]["entrance_as"] == "prefill"
+    table = again["config"]["env_kwargs"]["entrances"]
+    for r in again["records"]:
+        first = r["response"].splitlines()[0]
+        a, op_b = table[r["task_id"]].split(" ", 1)
+        assert first.startswith(a + op_b.split(" ")[0]), (first, table[r["task_id"]])

@@ -406,3 +406,19 @@ def test_generate_service_and_task_metadata_reach_components(tmp_path):
                                                                        first_token_scorer))
     base = [r for r in plain.run(resume=False) if r["kind"] == "train"]
     assert records[-1]["flops_gen"] > base[-1]["flops_gen"] and "extra_tokens" not in base[-1]
+
+
+def test_countdown_evals_with_several_samples_record_solution_coverage(tmp_path):
+    """A Countdown held-out eval with eval_samples > 1 records coverage and entrance statistics per task (what
+    ``final_eval_coverage`` compares); other envs' evals do not."""
+    import gymnasium as gym
+
+    import rlvr_envs  # noqa: F401
+
+    countdown = gym.make("rlvr/Countdown-v0", min_numbers=3, max_numbers=3, max_number=9, max_target=40)
+    t = trainer(tmp_path / "cd", steps=0, eval_size=3, eval_samples=2, eval_temperature=1.0, eval_env=countdown)
+    ev = t.evaluate()
+    assert ev["eval_samples"] == 2 and len(ev["eval_solutions"]) == 3
+    assert ev["eval_coverage"] == sum(ev["eval_solutions"]) / 3 and 0 <= ev["eval_entrance_entropy"]
+    plain = trainer(tmp_path / "toy", steps=0, eval_size=3, eval_samples=2, eval_temperature=1.0).evaluate()
+    assert "eval_coverage" not in plain and plain["eval_samples"] == 2

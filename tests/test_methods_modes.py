@@ -266,3 +266,28 @@ def test_within_a_group_the_briefest_correct_mode_gets_the_largest_advantage():
     adv = build("advantage", "grpo", {})(b)
     torch.testing.assert_close(adv.double(), torch.tensor([0.744278, 0.523751, 0.192960, -1.460989],
                                                           dtype=torch.float64), atol=1e-5, rtol=0)
+
+
+def test_held_out_eval_decodes_within_the_caps(tmp_path):
+    """The trainer's eval goes through ``generate_eval``: every held-out response fits its mode's cap (the long cap,
+    6 tokens, is below the eval's 12-token limit), and the eval's rollouts do not enter the training metrics."""
+    settings = dict(steps=2, eval_every=1, eval_size=4, eval_max_new_tokens=12, train_pool=6, prompts_per_step=2,
+                    max_new_tokens=6, stages=STAGES, params={**PARAMS, "rollout_allocator": {"n": 4}})
+    t = trainer(tmp_path / "run", env=modes_env(), eval_env=modes_env(), **settings)
+    seen = []
+    inner = t.engine.generate
+
+    def recording(prompts, n, sampling, **kw):
+        out = inner(prompts, n, sampling, **kw)
+        seen.append((sampling.max_new_tokens, [len(ro.response_ids) for ro in out]))
+        return out
+
+    t.engine.generate = recording
+    records = t.run(resume=False)
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert len(evals) == 3 and all(r["eval_len_mean"] <= 6 for r in evals)
+    # the eval's first phase: its 4 prompts decoded to the smallest cap (3), not to the eval's 12-token limit
+    assert any(limit == 3 and len(lens) == 4 for limit, lens in seen)
+    assert not any(limit > 6 for limit, _ in seen)
+    train = [r for r in records if r["kind"] == "train"]
+    assert all(0 <= r["generation_controller.capped_rate"] <= 1 for r in train)

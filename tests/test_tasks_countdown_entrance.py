@@ -208,3 +208,52 @@ def test_trace_line_is_a_valid_first_trace_step(nums, target, seed):
         return
     first = check_trace(nums, target, trace).first_move
     assert parse_entrance(first, nums).key in {e.key for e in entrances(nums)}
+
+
+class _EchoEngine:
+    """Records prompts; every continuation is the same fixed text."""
+
+    def __init__(self, text: str):
+        self.text, self.prompts = text, []
+
+    def generate(self, prompts, n, sampling, *, seeds=None):
+        from agents.policy.engine import Rollout
+
+        self.prompts.extend(prompts)
+        return [Rollout(prompt_ids=[1], response_ids=[2, 3], text=self.text, logprobs=[0.0, 0.0],
+                        entropies=[0.0, 0.0], finish_reason="stop") for _ in prompts for _ in range(n)]
+
+
+def test_prefilled_entrance_from_a_per_task_table_is_continued_and_graded_whole():
+    """``entrances`` picks a task's entrance, ``entrance_as="prefill"`` puts it in ``info["response_prefix"]`` (prompt
+    unchanged) and PolicyAgent continues from it: the env grades prefix + continuation."""
+    from types import SimpleNamespace
+
+    from agents.policy.agent import PolicyAgent
+
+    kw = dict(min_numbers=3, max_numbers=3, min_number=1, max_number=9, min_target=2, max_target=40,
+              prompt_template="{question}")
+    plain = gym.make("rlvr/Countdown-v0", **kw)
+    obs0, info0 = plain.reset(options={"index": 0})
+    task = plain.unwrapped.task
+    numbers, target = task.metadata["numbers"], int(task.answer)
+    entrance = solvable_entrances(numbers, target)[0]
+    env = gym.make("rlvr/Countdown-v0", **kw, entrance_as="prefill", entrances={task.id: entrance.text})
+    obs, info = env.reset(options={"index": 0})
+    assert obs == obs0 and info["messages"] == info0["messages"]  # the prompt is unchanged
+    line = entrance.trace_line(numbers, target)
+    assert info["response_prefix"] == line + "\n" and info["entrance"] == entrance.text
+    policy = SimpleNamespace(prompt_text=lambda messages: messages[-1]["content"] + "\n", name="echo",
+                             weights_hash="", n_params=0)
+    solution = task.metadata["solution"]
+    engine = _EchoEngine(f"<answer>{solution}</answer>")
+    agent = PolicyAgent(policy, engine=engine)
+    [response] = agent.act([obs], [info])
+    assert engine.prompts == [obs0 + "\n" + line + "\n"] and response == line + "\n" + f"<answer>{solution}</answer>"
+    _, reward, _, _, step_info = env.step(response)
+    assert reward == 1.0 and step_info["entrance"] == entrance.text
+    # another task is untouched by the table
+    _, other = env.reset(options={"index": 1})
+    assert "response_prefix" not in other and "entrance" not in other
+    with pytest.raises(ValueError, match="entrance_as"):
+        gym.make("rlvr/Countdown-v0", **kw, entrance_as="suffix")

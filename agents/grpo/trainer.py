@@ -376,21 +376,41 @@ class Trainer:
         sampling = make_sampling(temperature=self.cfg.eval_temperature,
                                  max_new_tokens=self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens,
                                  seed=self.cfg.seed)
-        rollouts = self.engine.generate(prompts, k, sampling)
-        correct, rewards, lengths = [], [], []
+        # A generation controller that shapes what a response is (per-mode hard caps) decodes the eval too through
+        # its ``generate_eval`` hook, so that held-out lengths and verdicts are those of the policy as it is deployed;
+        # training-only controllers (aborts, hints) never touch the eval.
+        controlled = getattr(self.components["generation_controller"], "generate_eval", None)
+        if controlled is not None:
+            rollouts = controlled(self.engine, prompts, k, sampling)
+        else:
+            rollouts = self.engine.generate(prompts, k, sampling)
+        correct, rewards, lengths, records = [], [], [], []
         for j, ro in enumerate(rollouts):
             self.eval_env.reset(options={"task_id": task_ids[j // k]})
             reward, info = step_single_turn(self.eval_env, ro.text)
             correct.append(bool(info.get("correct", reward > 0)))
             rewards.append(float(reward))
             lengths.append(len(ro.response_ids))
+            records.append({"response": ro.text, "parsed_answer": info.get("parsed_answer"), "correct": correct[-1]})
         per_task = np.asarray(correct, dtype=int).reshape(n, k).sum(axis=1)
         # eval_correct: per-task results in task order (a 0/1 string, or correct counts out of eval_samples), so two
         # runs on the same tasks can be compared pairwise
-        return {"eval_accuracy": float(np.mean(correct)), "eval_reward": float(np.mean(rewards)),
-                "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_samples": k,
-                "eval_s": time.perf_counter() - t0,
-                "eval_correct": "".join(str(c) for c in per_task) if k == 1 else per_task.tolist()}
+        out = {"eval_accuracy": float(np.mean(correct)), "eval_reward": float(np.mean(rewards)),
+               "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_samples": k,
+               "eval_s": time.perf_counter() - t0,
+               "eval_correct": "".join(str(c) for c in per_task) if k == 1 else per_task.tolist()}
+        task_meta = getattr(self.eval_env.unwrapped.source.task(0), "metadata", None) or {}
+        if k > 1 and "numbers" in task_meta and "target" in task_meta:
+            # Countdown: how many distinct correct solutions per problem, and how varied their first operations are
+            # (rlvr_envs.harness.coverage), per task in task order too, so two runs compare pairwise
+            from rlvr_envs.harness.coverage import task_stats
+
+            stats = [task_stats(records[i * k:(i + 1) * k]) for i in range(n)]
+            out.update(eval_coverage=float(np.mean([s["solutions"] for s in stats])),
+                       eval_entrances=float(np.mean([s["entrances"] for s in stats])),
+                       eval_entrance_entropy=float(np.mean([s["entrance_entropy_all"] for s in stats])),
+                       eval_solutions=[s["solutions"] for s in stats])
+        return out
 
     # -- checkpoints -----------------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

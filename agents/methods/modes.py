@@ -139,6 +139,15 @@ class ModeCaps(_ModeTableUser):
         self.capped += sum(bool(ro.meta.get("mode_capped")) for ro in out)
         return out
 
+    def generate_eval(self, engine: Any, prompts: Sequence[Any], n: int, sampling: Any) -> list[Any]:
+        """The trainer's held-out eval decodes with the caps too (the deployed policy answers within its mode's cap);
+        its rollouts are not counted in the training metrics."""
+        counts = (self.rollouts, self.capped)
+        try:
+            return self.generate(engine, prompts, n, sampling)
+        finally:
+            self.rollouts, self.capped = counts
+
     def cut(self, ro: Any, tokenizer: Any, limit: int) -> Rollout:
         """``ro`` cut at its mode's cap (ids, log-probs and entropies together; text decoded from the kept ids),
         repeated until the text's mode is stable, so the env parses the mode the cut was made for. ``mode_capped``:

@@ -21,6 +21,13 @@ move of the micro lane's search traces on two of the task's numbers: ``+`` and `
 first), ``-`` with ``a >= b``, ``/`` when exact with ``b > 1``; anything else raises ``ValueError`` listing the valid
 ones. Drawn entrances are ones from which the target is still reachable (``solvable_entrances``). The entrance changes
 the prompt only: grading is unchanged, and without the option prompts and infos are exactly as before.
+
+``entrances={task_id: "a op b", ...}`` gives chosen tasks their own entrance (for instance one the policy under test
+did not select on those tasks). ``entrance_as="prefill"`` gives it as the start of the response instead of an
+instruction: the prompt is unchanged and ``info["response_prefix"]`` holds the entrance as the first line of a search
+trace (``9+2=11 [2 11]``); agents that honour it (``agents.policy.PolicyAgent``) continue from that line and return
+prefix + continuation, which the env grades whole. A policy that never reads instructions (the micro lane's) can only
+take an entrance this way.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ import dataclasses
 import functools
 import re
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from fractions import Fraction
 from typing import Any
 
@@ -166,6 +173,7 @@ def score(task: Task, response: str) -> Verdict:
 
 # -- the entrance option -----------------------------------------------------------------------------------------------
 DEFAULT_ENTRANCE_TEMPLATE = "Start with {entrance}."
+ENTRANCE_AS = ("prompt", "prefill")
 HINT_MODES = ("sample", "task")
 _ENTRANCE = re.compile(r"\s*(\d{1,12})\s*([-+*/])\s*(\d{1,12})\s*(?:=\s*(\d{1,24})\s*)?\.?\s*")
 
@@ -366,8 +374,15 @@ class CountdownEnv(TextEnv):
     """``TextEnv`` plus the entrance option (module docstring). Without it, prompts and infos are ``TextEnv``'s."""
 
     def __init__(self, source: TaskSource, scorer: Any, *, entrance_hint: Any = False, entrance_seed: int = 0,
-                 entrance_template: str = DEFAULT_ENTRANCE_TEMPLATE, **kwargs: Any):
+                 entrance_template: str = DEFAULT_ENTRANCE_TEMPLATE, entrance_as: str = "prompt",
+                 entrances: Mapping[str, Any] | None = None, **kwargs: Any):
         self.entrance_hint = _hint_mode(entrance_hint)
+        if entrance_as not in ENTRANCE_AS:
+            raise ValueError(f"entrance_as must be one of {ENTRANCE_AS}, got {entrance_as!r}")
+        if entrances is not None and not isinstance(entrances, Mapping):
+            raise ValueError(f"entrances must map task ids to entrances ('a op b'), got {type(entrances).__name__}")
+        self.entrance_as = entrance_as
+        self.entrances = dict(entrances or {})
         if not isinstance(entrance_template, str) or "{entrance}" not in entrance_template:
             raise ValueError(f"entrance_template must be a string containing '{{entrance}}', got {entrance_template!r}")
         if isinstance(entrance_seed, bool) or not isinstance(entrance_seed, int) or entrance_seed < 0:
@@ -383,9 +398,9 @@ class CountdownEnv(TextEnv):
         return self._entrance
 
     def messages_for(self, task: Task) -> list[dict[str, str]]:
-        """``TextEnv``'s messages; for the current episode's task with an entrance, the question carries the
-        instruction (so every template containing ``{question}`` shows it)."""
-        if self._entrance is not None and task is self._task:
+        """``TextEnv``'s messages; for the current episode's task with an entrance (``entrance_as="prompt"``), the
+        question carries the instruction (so every template containing ``{question}`` shows it)."""
+        if self._entrance is not None and task is self._task and self.entrance_as == "prompt":
             hint = self.entrance_template.format(entrance=self._entrance.text)
             task = dataclasses.replace(task, question=f"{task.question} {hint}", messages=())
         return super().messages_for(task)
@@ -398,6 +413,8 @@ class CountdownEnv(TextEnv):
         task = self._task
         assert task is not None
         numbers, target = task.metadata["numbers"], int(task.answer)
+        if spec is None:  # a per-task entrance from the env's table (e.g. one the policy did not select)
+            spec = self.entrances.get(str(info["task_id"]))
         if spec is not None:  # an explicit entrance wins over entrance_hint
             self._entrance = parse_entrance(spec, numbers)
         elif self.entrance_hint == "sample":
@@ -407,6 +424,9 @@ class CountdownEnv(TextEnv):
             self._entrance = draw_entrance(numbers, target, rng)
         if self._entrance is None:
             return obs, info
+        if self.entrance_as == "prefill":  # the response starts with the entrance as its first search line
+            return obs, {**info, "entrance": self._entrance.text,
+                         "response_prefix": self._entrance.trace_line(numbers, target) + "\n"}
         messages = self.messages_for(task)
         return render_messages(messages), {**info, "messages": messages, "entrance": self._entrance.text}
 
@@ -422,7 +442,8 @@ def make_env(*, split: str = "procedural", data_dir: str | None = None, min_numb
              min_number: int = 1, max_number: int = 100, min_target: int = 1, max_target: int = 100,
              seed_base: int = 0, size: int = DEFAULT_SIZE, prompt_template: str | None = DEFAULT_TEMPLATE,
              entrance_hint: bool | str = False, entrance_seed: int = 0,
-             entrance_template: str = DEFAULT_ENTRANCE_TEMPLATE, **env_kwargs: Any) -> TextEnv:
+             entrance_template: str = DEFAULT_ENTRANCE_TEMPLATE, entrance_as: str = "prompt",
+             entrances: Mapping[str, Any] | None = None, **env_kwargs: Any) -> TextEnv:
     source: TaskSource
     if split == "procedural":
         source = CountdownSource(min_numbers=min_numbers, max_numbers=max_numbers, min_number=min_number,
@@ -434,4 +455,5 @@ def make_env(*, split: str = "procedural", data_dir: str | None = None, min_numb
         raise ValueError(f"unknown countdown split {split!r}; choose one of {SPLITS}")
     return CountdownEnv(source, score, prompt_template=prompt_template, verifier_name="countdown (ast whitelist)",
                         gold_formatter=gold_response, entrance_hint=entrance_hint, entrance_seed=entrance_seed,
-                        entrance_template=entrance_template, **env_kwargs)
+                        entrance_template=entrance_template, entrance_as=entrance_as, entrances=entrances,
+                        **env_kwargs)
