@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from countdown_rows import META, TOK, batch_of, expected
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_grpo_trainer import trainer
@@ -11,10 +12,7 @@ from test_grpo_trainer import trainer
 from agents.grpo.batch import GroupBatch, Sample
 from agents.grpo.registry import build
 from agents.methods.dash import answer_matches, drift_credits, same_answer
-from agents.policy.micro import micro_tokenizer
 
-TOK = micro_tokenizer()
-META = {"numbers": [2, 7, 9], "target": 23}
 G = 0.8660254  # |A^GRPO| for rewards [1, 0, 0, 1]: mean .5, unbiased std sqrt(1/3) = .57735, .5 / .57735 = .866025
 
 # Segments of four traces of one task (2, 7, 9 -> 23), cut after each commitment (a leaf line or </answer>).
@@ -24,32 +22,6 @@ A = ["9+7=16 [2 16]\n 16+2=18 x\n", "7*2=14 [9 14]\n 14+9=23 !\n", "<answer>7*2+
 B = ["9+7=16 [2 16]\n 16+2=18 x\n", "<answer>9+7+2</answer>"]
 C = ["7*2=14 [9 14]\n 14+9=23 !\n", "<answer>7+2+9</answer>"]
 D = ["9+2=11 [7 11]\n 11+7=19 x\n", "7*2=14 [9 14]\n 14+9=23 !\n", "<answer>7*2+9</answer>"]
-
-
-def encode(pieces):
-    """Token ids of the pieces, each encoded alone (so each piece's tokens are known), plus EOS."""
-    ids = [TOK(p, add_special_tokens=False)["input_ids"] for p in pieces]
-    assert sum(ids, []) == TOK("".join(pieces), add_special_tokens=False)["input_ids"]  # same as the whole text
-    return ids
-
-
-def batch_of(rows, *, meta=META, answer=None, group="g"):
-    """rows: (pieces, reward) -> a batch with the micro tokenizer, one EOS after each response."""
-    samples = []
-    for pieces, r in rows:
-        ids = sum(encode(pieces), []) + [TOK.eos_token_id]
-        samples.append(Sample(group, "p", [1], ids, "".join(pieces), reward=r, correct=bool(r),
-                              info={"metadata": meta, "answer": answer}))
-    return GroupBatch.from_samples(samples, tokenizer=TOK)
-
-
-def expected(rows, values):
-    """Per-token advantages: piece k of row i gets values[i][k], EOS gets values[i][-1]; padded to the batch width."""
-    out = []
-    for (pieces, _), vals in zip(rows, values):
-        out.append([v for p, v in zip(encode(pieces), vals) for _ in p] + [vals[-1]])
-    width = max(map(len, out))
-    return torch.tensor([o + [0.0] * (width - len(o)) for o in out])
 
 
 def test_drift_credits_golden():

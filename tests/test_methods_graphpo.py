@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from countdown_rows import META, TOK, batch_of, expected
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_grpo_trainer import trainer
@@ -12,10 +13,7 @@ from test_grpo_trainer import trainer
 from agents.grpo.batch import GroupBatch, Sample
 from agents.grpo.registry import build
 from agents.methods.graphpo import countdown_steps, number_steps
-from agents.policy.micro import micro_tokenizer
 
-TOK = micro_tokenizer()
-META = {"numbers": [2, 7, 9], "target": 23}
 G = 0.8660254  # |A^GRPO| for rewards [1, 0, 0, 1]: mean .5, unbiased std s = sqrt(1/3) = .57735, .5 / s = .866025
 S = 3 ** -0.5
 
@@ -38,30 +36,6 @@ D = ["9+2=11 [7 11]\n", " 11+7=19 x\n", "7*2=14 [9 14]\n", " 14+9=23 !\n", "<ans
 # Along the branch that produced the answer C sums to A^GRPO: A .288675 + 0 + .57735 = .866025; C .288675 + 0 - 1.1547.
 EDGE = 0.2886751
 RIGHT, WRONG_B, WRONG_C = 0.5773503, -0.8660254, -1.1547005
-
-
-def encode(pieces):
-    ids = [TOK(p, add_special_tokens=False)["input_ids"] for p in pieces]
-    assert sum(ids, []) == TOK("".join(pieces), add_special_tokens=False)["input_ids"]
-    return ids
-
-
-def batch_of(rows, *, meta=META, group="g"):
-    samples = []
-    for pieces, r in rows:
-        ids = sum(encode(pieces), []) + [TOK.eos_token_id]
-        samples.append(Sample(group, "p", [1], ids, "".join(pieces), reward=r, correct=bool(r),
-                              info={"metadata": meta, "answer": None}))
-    return GroupBatch.from_samples(samples, tokenizer=TOK)
-
-
-def expected(rows, values):
-    """Piece k of row i gets values[i][k]; EOS gets values[i][-1]; padding 0."""
-    out = []
-    for (pieces, _), vals in zip(rows, values):
-        out.append([v for p, v in zip(encode(pieces), vals) for _ in p] + [vals[-1]])
-    width = max(map(len, out))
-    return torch.tensor([o + [0.0] * (width - len(o)) for o in out])
 
 
 ROWS = [(A, 1), (B, 0), (C, 0), (D, 1)]

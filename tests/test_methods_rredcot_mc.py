@@ -16,6 +16,7 @@ from test_grpo_trainer import strip, trainer
 
 from agents.grpo.batch import GroupBatch, Sample
 from agents.grpo.registry import build
+from agents.grpo.segments import evenly
 from agents.methods.credit_quality import (
     agreement,
     compare,
@@ -25,7 +26,7 @@ from agents.methods.credit_quality import (
     sign_agreement,
     spearman,
 )
-from agents.methods.mc_credit import evenly, row_verifier
+from agents.methods.mc_credit import row_verifier
 from agents.methods.rredcot import gold_continuation
 from agents.policy.models import tiny_tokenizer
 

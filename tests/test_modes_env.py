@@ -266,3 +266,31 @@ def test_harness_evaluates_the_wrapper_and_the_report_reads_it(tmp_path, capsys)
     assert main([str(path)]) == 0 and json.loads(capsys.readouterr().out)["count"]["unmarked"] == 2
     with pytest.raises(ValueError, match="not"):
         mode_report({"config": {"env_id": TOY_ID, "env_kwargs": {}}, "records": []})
+
+
+class CappedAgent:
+    """A right answer written past the NoThink cap (2 words here): the wrapper scores it wrong, the bare env right."""
+
+    def act(self, observations, infos):
+        out = []
+        for obs in observations:
+            a, b = (int(x) for x in obs.split("What is ")[1].split("?")[0].split(" + "))
+            out.append(f"/nothink so then \\boxed{{{a + b}}}")
+        self.last_token_counts = [len(r.split()) for r in out]
+        return out
+
+
+def test_leaderboard_reverifies_through_the_wrapper(tmp_path):
+    """A submission is re-scored as the harness scored it: through the wrapper's caps, not the bare env's verifier."""
+    from rlvr_envs.harness.leaderboard import has_scoring_wrapper, verify_results
+
+    path = tmp_path / "capped.json"
+    kwargs = {"base": TOY_ID, "modes": {"nothink": {"cap": 2}}}
+    res = evaluate(CappedAgent(), MODES_ID, env_kwargs=kwargs, limit=4, progress=False, out=path)
+    assert [r["correct"] for r in res.records] == [False] * 4  # the answer lies past the cap
+    doc = json.loads(path.read_text())
+    assert verify_results(doc)["accuracy"] == 0.0
+    doc["records"][0]["correct"] = True  # a false claim is still caught
+    with pytest.raises(Exception, match="claimed correct=True"):
+        verify_results(doc)
+    assert has_scoring_wrapper(gym.make(MODES_ID, **kwargs)) and not has_scoring_wrapper(gym.make(TOY_ID))

@@ -10,6 +10,8 @@ where a token may end inside a multi-byte character: that token then counts as e
 from __future__ import annotations
 
 import bisect
+import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,3 +56,34 @@ def token_segments(ends: Sequence[int], cuts: Sequence[int]) -> list[tuple[int, 
         bounds.append(k)
     bounds.append(len(ends))
     return [(bounds[j], bounds[j + 1]) for j in range(len(bounds) - 1)]
+
+
+def parse_split(split: str) -> tuple[str, Any]:
+    """``"lines"`` | ``"tokens=K"`` | ``"regex=PATTERN"`` -> (kind, argument); a bad value raises naming ``split``."""
+    if split == "lines":
+        return "lines", None
+    kind, _, arg = str(split).partition("=")
+    if kind == "tokens":
+        try:
+            k = int(arg)
+        except ValueError:
+            k = 0
+        if k < 1:
+            raise ValueError(f"split: 'tokens=K' needs an integer K >= 1, got {split!r}")
+        return "tokens", k
+    if kind == "regex" and arg:
+        try:
+            return "regex", re.compile(arg)
+        except re.error as exc:
+            raise ValueError(f"split: bad regex {arg!r}: {exc}") from None
+    raise ValueError(f"split must be 'lines', 'tokens=K' or 'regex=PATTERN', got {split!r}")
+
+
+def evenly(items: list[int], k: int) -> list[int]:
+    """``k`` of ``items`` at evenly spaced positions strictly inside the list (all of them when there are at most k):
+    position ``floor((j + 1)(n + 1) / (k + 1) + 1/2) - 1`` for ``j < k``."""
+    n = len(items)
+    if n <= k:
+        return list(items)
+    picked = [int(math.floor((j + 1) * (n + 1) / (k + 1) + 0.5)) - 1 for j in range(k)]
+    return [items[p] for p in sorted(set(min(n - 1, max(0, p)) for p in picked))]

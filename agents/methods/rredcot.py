@@ -37,7 +37,6 @@ Our reading (the abstract names the idea, not these details; each is a hyper-par
 from __future__ import annotations
 
 import math
-import re
 import string
 from typing import Any
 
@@ -47,43 +46,12 @@ from agents.grpo.baselines import DrGRPOAdvantage, GRPOAdvantage
 from agents.grpo.batch import GroupBatch, Sample
 from agents.grpo.comparisons import Comparison, declare
 from agents.grpo.registry import Component, register
-from agents.grpo.segments import line_spans, token_ends, token_segments
+from agents.grpo.segments import evenly, line_spans, parse_split, token_ends, token_segments
 
 COUNTDOWN_TEMPLATE = "<answer>{solution}</answer>"
 GENERIC_TEMPLATE = "\nThe answer is {answer}"
 VALUES = ("logprob", "mean_logprob", "prob")
 NORMALIZE = ("group", "group_scale", "batch", "none")
-
-
-def parse_split(split: str) -> tuple[str, Any]:
-    """``"lines"`` | ``"tokens=K"`` | ``"regex=PATTERN"`` -> (kind, argument); a bad value raises naming ``split``."""
-    if split == "lines":
-        return "lines", None
-    kind, _, arg = str(split).partition("=")
-    if kind == "tokens":
-        try:
-            k = int(arg)
-        except ValueError:
-            k = 0
-        if k < 1:
-            raise ValueError(f"split: 'tokens=K' needs an integer K >= 1, got {split!r}")
-        return "tokens", k
-    if kind == "regex" and arg:
-        try:
-            return "regex", re.compile(arg)
-        except re.error as exc:
-            raise ValueError(f"split: bad regex {arg!r}: {exc}") from None
-    raise ValueError(f"split must be 'lines', 'tokens=K' or 'regex=PATTERN', got {split!r}")
-
-
-def evenly(items: list[int], k: int) -> list[int]:
-    """``k`` of ``items`` at evenly spaced positions strictly inside the list (all of them when there are at most k):
-    position ``floor((j + 1)(n + 1) / (k + 1) + 1/2) - 1`` for ``j < k``."""
-    n = len(items)
-    if n <= k:
-        return list(items)
-    picked = [int(math.floor((j + 1) * (n + 1) / (k + 1) + 0.5)) - 1 for j in range(k)]
-    return [items[p] for p in sorted(set(min(n - 1, max(0, p)) for p in picked))]
 
 
 def reasoning_bounds(text: str, ends: list[int], split: tuple[str, Any], marker: str,
