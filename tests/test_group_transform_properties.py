@@ -299,6 +299,8 @@ CASES = [
     TransformCase("duet_reweight", {"abort_weight": 0.5}, WEIGHTS, may_drop=False, check=check_duet),
     TransformCase("dre", {"logprobs": "copy", "length_bonus": 0.5, "max_edits": 2}, may_add=True, may_drop=False,
                   countdown=True, check=check_dre),
+    # QLPO drops rows inside a group (resampling it down to group_size), never whole groups
+    TransformCase("qlpo", {"group_size": 3, "beta": 0.5}, whole_groups=False),
 ]
 
 
