@@ -57,6 +57,11 @@ ENVS: list[EnvEntry] = [
     EnvEntry("rlvr/BFCL-v0", "rlvr_envs.tools.bfcl:make_env",
              "BFCL v4 (bfcl/; category=simple_python|multiple|parallel|parallel_multiple|irrelevance|live_simple|"
              "live_multiple|all)", "400 simple_python; 2551 all", "BFCL AST match", {"category": "simple_python"}),
+    # -- wrappers around another single-turn text env (rlvr_envs/modes.py) --------------------------------------
+    EnvEntry("rlvr/Modes-v0", "rlvr_envs.modes:make_env",
+             "any single-turn text env (base=, default rlvr/Arithmetic-v0) answered in a NoThink/Short/Long mode "
+             "chosen by the response's first word", "the base env's", "base verifier on the capped response x mode "
+             "weight"),
     # -- tabular bisimulation testbeds (rlvr_envs/mdp; Discrete observations, not text) ---------------------------
     EnvEntry("rlvr/Grouped64-v0", "rlvr_envs.mdp.grouped:GroupedEnv", "procedural MDP, 8 bisimilar groups x 8 (mdp_seed=)",
              "64 states", "MDP reward", {}, max_episode_steps=200),

@@ -6,7 +6,7 @@ import dataclasses
 
 import pytest
 import torch
-from grpo_toys import ToyEngine, make_env, make_policy
+from grpo_toys import ToyEngine, first_token_scorer, make_env, make_policy
 
 from agents.grpo import checkpoint
 from agents.grpo.batch import group_std
@@ -14,6 +14,7 @@ from agents.grpo.config import from_dict
 from agents.grpo.metrics import without_timing
 from agents.grpo.trainer import Trainer, select_trainable
 from agents.policy.engine import HFEngine
+from rlvr_envs.core import ListSource, Task, TextEnv
 
 
 def trainer(out, *, engine=ToyEngine, env=None, eval_env=None, **overrides) -> Trainer:
@@ -364,3 +365,60 @@ def test_component_hooks_see_every_generation_call_and_report_metrics(tmp_path):
     batch, _ = t.collect()
     rows = [0, 3]
     assert torch.allclose(lp(batch, rows), t._logprobs(t.model, batch, rows)[0].float(), atol=1e-6)
+
+
+def test_generate_service_and_task_metadata_reach_components(tmp_path):
+    """``services.generate`` continues token-id prefixes with the current weights, counted in the generation FLOPs and
+    ``extra_tokens`` (saved in checkpoints) but not in the rollout totals; every row's info carries its task's
+    metadata, which components that read the task (numbers, target, a reference) rely on."""
+    from agents.grpo import registry
+
+    seen: dict[str, list] = {"services": [], "metadata": []}
+
+    @registry.register("probe_gen", stage="reward_shaper")
+    class Probe(registry.Component):
+        def bind(self, services):
+            seen["services"].append(services)
+
+        def __call__(self, batch):
+            seen["metadata"].extend(info["metadata"] for info in batch.infos)
+            svc = seen["services"][0]
+            prefix = [batch.prompt_ids[0] + batch.response_ids[0][:1]]
+            ros = svc.generate(prefix, 3, max_new_tokens=2, seed=batch.step)
+            assert len(ros) == 3 and all(ro.prompt_ids == prefix[0] for ro in ros)
+            return batch.rewards
+
+    tasks = [Task(id=f"toy-{k}", question=f"p{k}", answer=f"t{k}", metadata={"k": k}) for k in range(4)]
+    try:
+        t = trainer(tmp_path / "a", steps=2, eval_size=0, env=TextEnv(ListSource(tasks, name="toy"),
+                                                                       first_token_scorer),
+                    stages={"reward_shaper": "probe_gen"})
+        records = [r for r in t.run(resume=False) if r["kind"] == "train"]
+    finally:
+        registry.unregister("probe_gen", stage="reward_shaper")
+    assert seen["services"][0].tokenizer is t.tokenizer
+    assert sorted({m["k"] for m in seen["metadata"]}) <= [0, 1, 2, 3] and len(seen["metadata"]) == 2 * 4 * 8
+    assert 3 <= records[0]["extra_tokens"] <= 6 and records[1]["extra_tokens"] >= records[0]["extra_tokens"] + 3
+    assert records[-1]["rollouts_total"] == 2 * 4 * 8  # the continuations are not rollouts
+    assert t.state()["extra_tokens"] == records[-1]["extra_tokens"]
+    # FLOPs: a run without the continuations counts less generation
+    plain = trainer(tmp_path / "b", steps=2, eval_size=0, env=TextEnv(ListSource(tasks, name="toy"),
+                                                                       first_token_scorer))
+    base = [r for r in plain.run(resume=False) if r["kind"] == "train"]
+    assert records[-1]["flops_gen"] > base[-1]["flops_gen"] and "extra_tokens" not in base[-1]
+
+
+def test_countdown_evals_with_several_samples_record_solution_coverage(tmp_path):
+    """A Countdown held-out eval with eval_samples > 1 records coverage and entrance statistics per task (what
+    ``final_eval_coverage`` compares); other envs' evals do not."""
+    import gymnasium as gym
+
+    import rlvr_envs  # noqa: F401
+
+    countdown = gym.make("rlvr/Countdown-v0", min_numbers=3, max_numbers=3, max_number=9, max_target=40)
+    t = trainer(tmp_path / "cd", steps=0, eval_size=3, eval_samples=2, eval_temperature=1.0, eval_env=countdown)
+    ev = t.evaluate()
+    assert ev["eval_samples"] == 2 and len(ev["eval_solutions"]) == 3
+    assert ev["eval_coverage"] == sum(ev["eval_solutions"]) / 3 and 0 <= ev["eval_entrance_entropy"]
+    plain = trainer(tmp_path / "toy", steps=0, eval_size=3, eval_samples=2, eval_temperature=1.0).evaluate()
+    assert "eval_coverage" not in plain and plain["eval_samples"] == 2

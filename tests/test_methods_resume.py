@@ -8,6 +8,7 @@ import pytest
 from grpo_toys import make_env
 from test_grpo_trainer import strip, trainer
 
+MODES_TOY = {"nothink": {"marker": "a", "cap": 3}, "short": {"marker": "b", "cap": 4}, "long": {"marker": "c", "cap": 6}}
 CASES = {
     "saturation_skip": ({"prompt_selector": "saturation_skip", "group_transform": "dapo", "loss": "dapo"},
                         {"prompt_selector": {"threshold": 0.5, "candidates": 2}}, {"refill_rounds": 1}),
@@ -23,12 +24,32 @@ CASES = {
     "data_policy": ({"group_transform": "data_policy"},
                     {"group_transform": {"rules": ["truncated=0.5", "dedupe", "cap_group=3"]}}, {}),
     "hint_scaffold": ({"generation_controller": "hint_scaffold"}, {}, {}),
+    "acoer": ({"reward_shaper": "acoer"},
+              {"reward_shaper": {"window": 2, "ema": 0.5, "growth": 1.5, "b_min": 1}}, {"max_new_tokens": 4}),
+    "qlpo": ({"group_transform": "qlpo"},
+             {"rollout_allocator": {"n": 6}, "group_transform": {"group_size": 4, "beta": 0.5}}, {}),
+    "dash": ({"advantage": "dash"}, {"advantage": {"eta": 0.3}}, {}),
+    "graphpo": ({"advantage": "graphpo"}, {"advantage": {"alpha": 1.0, "lam_eff": 0.1}}, {}),
+    "dre": ({"group_transform": "dre"}, {"group_transform": {"max_edits": 2}}, {}),
+    "rredcot": ({"advantage": "rredcot"}, {"advantage": {"template": "{answer}", "split": "tokens=1"}}, {}),
+    "mc_step": ({"advantage": "mc_step"}, {"advantage": {"split": "tokens=1", "verifier": "match",
+                                                         "answer_pattern": r"^\s*(\S+)", "rollouts_per_boundary": 2}},
+                {}),
+    "garl": ({"loss": "garl"}, {"loss": {"q": 0.75}}, {}),
+    "paft": ({"loss": "paft"}, {"loss": {"q": 0.75}}, {}),
+    "modes": ({"generation_controller": "mode_caps", "reward_shaper": "mode_reward"},
+              {"generation_controller": {"modes": MODES_TOY}, "reward_shaper": {"modes": MODES_TOY}},
+              {"max_new_tokens": 6}),
 }
 METRIC = {"saturation_skip": "prompt_selector.skipped", "signal_budget": "rollout_allocator.group_max",
           "budget_schedule": "rollout_allocator.group_size", "duet": "generation_controller.abort_rate",
           "sagc": "rollout_allocator.lambda", "headroom_drift": "replay_buffer.drift_mean",
           "replay_uniform": "replay_buffer.replayed_groups", "data_policy": "group_transform.truncated_rows",
-          "hint_scaffold": "generation_controller.hinted_groups"}
+          "hint_scaffold": "generation_controller.hinted_groups", "acoer": "reward_shaper.alpha",
+          "qlpo": "group_transform.kept_len_mean", "dash": "advantage.commit_rows",
+          "graphpo": "advantage.step_rows", "dre": "group_transform.edits", "rredcot": "advantage.scoring_sequences",
+          "mc_step": "advantage.continuations", "garl": "loss.raw_scale_mean", "paft": "loss.p_hat_mean",
+          "modes": "generation_controller.share_nothink"}
 
 
 @pytest.mark.parametrize("name", list(CASES))

@@ -78,6 +78,28 @@ def test_summarize_final_accuracy_pairs_tasks() -> None:
     assert 0.3 < lo < 0.5 < hi < 0.7 and out["significant"]
 
 
+def test_summarize_final_eval_coverage_pairs_tasks_and_is_skipped_where_absent() -> None:
+    """Coverage: per-task distinct solutions paired by task; a comparison on another metric lists coverage among its
+    secondary metrics only where the runs record it."""
+    def with_coverage(runs: dict, per_task: list[int]) -> dict:
+        for records in runs.values():
+            last = [r for r in records if r["kind"] == "eval"][-1]
+            last.update(eval_coverage=sum(per_task) / len(per_task), eval_solutions=per_task)
+        return runs
+
+    method = with_coverage({s: _run([0.0, 0.5]) for s in range(2)}, [2, 2, 1, 3] * 10)  # mean 2
+    base = with_coverage({s: _run([0.0, 0.5]) for s in range(2)}, [1, 1, 1, 1] * 10)  # mean 1
+    out = summarize(Comparison("m", "b", "final_eval_coverage", "higher", "x", seeds=(0, 1)), method, base)
+    assert out["difference"] == pytest.approx(1.0) and out["interval_kind"].startswith("paired bootstrap")
+    lo, hi = out["interval"]
+    assert 0.7 < lo < 1.0 < hi < 1.3 and out["verdict"] == "reproduced"
+    acc = summarize(Comparison("m", "b", "final_accuracy", "higher", "x", seeds=(0, 1)), method, base)
+    assert acc["secondary"]["final_eval_coverage"] == {"method": 2.0, "baseline": 1.0}
+    plain = summarize(Comparison("m", "b", "final_accuracy", "higher", "x", seeds=(0, 1)),
+                      {s: _run([0.0, 0.5]) for s in range(2)}, {s: _run([0.0, 0.5]) for s in range(2)})
+    assert "final_eval_coverage" not in plain["secondary"] and "accuracy_auc" in plain["secondary"]
+
+
 def test_run_keys_ignore_declarations_but_not_code(tmp_path, monkeypatch):
     import agents.grpo.regression as regression
 

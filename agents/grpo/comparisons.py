@@ -22,6 +22,8 @@ Metrics (``value(records)`` per run; the difference is method minus baseline):
 - ``rollouts_per_useful_group``: rollouts generated per group with any reward variance (counted before any filter).
 - ``accuracy_at_flops``: held-out accuracy of each run at the last eval within the smaller of the pair's two FLOP
   totals (the pair read at equal compute).
+- ``final_eval_coverage``: Countdown solution coverage of the last held-out eval (distinct correct solutions per task
+  over its ``eval_samples``; ``rlvr_envs.harness.coverage``). Interval: paired bootstrap over seeds and tasks.
 
 A claim made "at about equal accuracy" sets ``accuracy_tolerance``: its direction reproduces only if, besides the
 metric moving the claimed way, the method's mean final accuracy is at most that far below the baseline's (a method
@@ -196,11 +198,19 @@ def final_eval_tokens(records: Sequence[dict[str, Any]], **_: Any) -> float:
     return float(evals(records)[-1]["eval_len_mean"])
 
 
+def final_eval_coverage(records: Sequence[dict[str, Any]], **_: Any) -> float:
+    """Distinct correct solutions per held-out task at the last eval (Countdown evals with several samples only)."""
+    last = evals(records)[-1]
+    if "eval_coverage" not in last:
+        raise ValueError("final_eval_coverage needs Countdown evals with eval_samples > 1 (no eval_coverage recorded)")
+    return float(last["eval_coverage"])
+
+
 METRICS: dict[str, Callable[..., float]] = {
     "final_accuracy": final_accuracy, "accuracy_auc": accuracy_auc, "rollouts_to_target": rollouts_to_target,
     "final_eval_tokens": final_eval_tokens, "tokens_to_target": tokens_to_target, "flops_to_target": flops_to_target,
     "wall_to_target": wall_to_target, "rollouts_per_useful_group": rollouts_per_useful_group,
-    "accuracy_at_flops": accuracy_at_flops,
+    "accuracy_at_flops": accuracy_at_flops, "final_eval_coverage": final_eval_coverage,
 }
 # Metrics whose value needs a target accuracy (start + gain).
 TARGET_METRICS = frozenset({"rollouts_to_target", "tokens_to_target", "flops_to_target", "wall_to_target"})
@@ -247,6 +257,24 @@ def final_bits(records: Sequence[dict[str, Any]]) -> list[float] | None:
     return [int(c) / k for c in per_task]
 
 
+def final_solutions(records: Sequence[dict[str, Any]]) -> list[float] | None:
+    """Per-task distinct correct solutions of the last held-out eval (``eval_solutions``), if recorded."""
+    per_task = evals(records)[-1].get("eval_solutions")
+    return None if per_task is None else [float(v) for v in per_task]
+
+
+def _secondary(fn: Callable[..., float], method_runs: dict[int, list[dict[str, Any]]],
+               baseline_runs: dict[int, list[dict[str, Any]]], seeds: Sequence[int], starts: dict[int, float],
+               params: dict[str, Any], flops: dict[int, float]) -> dict[str, float] | None:
+    """Both sides' paired means of a metric that is not the comparison's own; None where the runs do not record it
+    (coverage outside Countdown)."""
+    try:
+        return {side: float(np.mean([fn(runs[s], start=starts[s], **params, flops=flops[s]) for s in seeds]))
+                for side, runs in (("method", method_runs), ("baseline", baseline_runs))}
+    except (ValueError, KeyError):
+        return None
+
+
 def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]]],
               baseline_runs: dict[int, list[dict[str, Any]]]) -> dict[str, Any]:
     """Per-seed values, the paired difference with its 95% interval, and whether the claimed direction holds."""
@@ -266,9 +294,10 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
     diffs = [mv[s] - bv[s] for s in seeds]
     interval = t_interval(diffs)
     interval_kind = "student-t over seeds"
-    if comparison.metric == "final_accuracy":
-        mb = [final_bits(method_runs[s]) for s in seeds]
-        bb = [final_bits(baseline_runs[s]) for s in seeds]
+    per_task_values = {"final_accuracy": final_bits, "final_eval_coverage": final_solutions}.get(comparison.metric)
+    if per_task_values is not None:
+        mb = [per_task_values(method_runs[s]) for s in seeds]
+        bb = [per_task_values(baseline_runs[s]) for s in seeds]
         if all(x is not None for x in mb + bb):
             interval, interval_kind = paired_bootstrap(mb, bb), "paired bootstrap over seeds and held-out tasks"
     diff = float(np.mean(diffs))
@@ -293,11 +322,8 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
         "accuracy": accuracy,
         "accuracy_held": {"tolerance": comparison.accuracy_tolerance, "held": bool(accuracy_held)},
         # context, not the claim: every metric's paired means, whatever the comparison's own metric is
-        "secondary": {name: {"method": float(np.mean([fn(method_runs[s], start=starts[s], **params, flops=flops[s])
-                                                      for s in seeds])),
-                             "baseline": float(np.mean([fn(baseline_runs[s], start=starts[s], **params,
-                                                           flops=flops[s]) for s in seeds]))}
-                      for name, fn in METRICS.items() if name != comparison.metric},
+        "secondary": {name: value for name, fn in METRICS.items() if name != comparison.metric
+                      and (value := _secondary(fn, method_runs, baseline_runs, seeds, starts, params, flops))},
     }
     if comparison.metric == "accuracy_at_flops":
         out["flops_read_at"] = {str(s): flops[s] for s in seeds}

@@ -61,8 +61,10 @@ class Component:
 
     def bind(self, services: Any) -> None:
         """Called once by the trainer before training. ``services.logprobs(batch, rows)`` gives the current policy's
-        log-probs ``(len(rows), W)`` without gradients (counted in the run's FLOPs); ``services.cfg`` is the run's
-        config. Components that need neither ignore it."""
+        log-probs ``(len(rows), W)`` without gradients (counted in the run's FLOPs); ``services.generate(prompts, n,
+        max_new_tokens=, temperature=, seed=)`` samples extra rollouts from text or token-id prompts (continuations
+        from a prefix; counted in FLOPs and ``extra_tokens``); ``services.tokenizer`` is the policy's tokenizer;
+        ``services.cfg`` is the run's config. Components that need none of them ignore it."""
 
     def metrics(self) -> dict[str, float]:
         """Numbers for this step's train record (written as ``<stage>.<key>``); read after ``observe``."""

@@ -144,7 +144,8 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas),
                                            fused=params[0].device.type in ("cpu", "cuda"))
         self.components = {stage: _build_component(stage, cfg) for stage in STAGES}
-        services = SimpleNamespace(cfg=cfg, logprobs=self.current_logprobs)
+        services = SimpleNamespace(cfg=cfg, logprobs=self.current_logprobs, generate=self.extra_generate,
+                                   tokenizer=self.tokenizer)
         for c in self.components.values():
             c.bind(services)
         self.ref_model = None
@@ -157,6 +158,7 @@ class Trainer:
         self.rollouts_total = 0
         self.tokens_total = 0  # response tokens generated for training (the rollout cost a board reports)
         self.flops = {"generation": 0.0, "training": 0.0}  # cumulative, agents.grpo.flops
+        self.extra_tokens = 0  # tokens components generated beside the rollouts (Monte-Carlo continuations)
 
     # -- rollouts --------------------------------------------------------------------------------------------------
     def _open_groups(self, indices: list[int], step: int, round_: int) -> dict[str, dict[str, Any]]:
@@ -172,7 +174,8 @@ class Trainer:
             prompt = self.policy.prompt_text(info["messages"])
             if rewrite is not None:
                 prompt = rewrite(prompt, info, step)
-            groups[gid] = {"task_id": info["task_id"], "prompt": prompt, "index": int(index)}
+            groups[gid] = {"task_id": info["task_id"], "prompt": prompt, "index": int(index),
+                           "metadata": info["metadata"]}
         return groups
 
     def _generate(self, requests: dict[str, int], groups: dict[str, dict[str, Any]], seed: int) -> GroupBatch:
@@ -210,7 +213,9 @@ class Trainer:
                     finish_reason=ro.finish_reason,
                     info={"task_id": groups[gid]["task_id"], "index": groups[gid]["index"],
                           "parsed_answer": info.get("parsed_answer"),
-                          "format_ok": info.get("format_ok"), "answer": info.get("answer")}))
+                          "format_ok": info.get("format_ok"), "answer": info.get("answer"),
+                          # what components that read the task need (Countdown's numbers and target, a reference)
+                          "metadata": groups[gid]["metadata"]}))
             # Engines report log-probs of softmax(logits / T) (T = 1 when greedy); training takes the same T.
             part = GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer,
                                            temperature=sampling.temperature or 1.0)
@@ -304,6 +309,21 @@ class Trainer:
         rows = list(range(len(batch))) if rows is None else list(rows)
         return self._no_grad_stats(self.model, batch, rows)[0][rows]
 
+    def extra_generate(self, prompts: list[str] | list[list[int]], n: int, *, max_new_tokens: int | None = None,
+                       temperature: float | None = None, seed: int = 0) -> list[Any]:
+        """Rollouts a component asks for beside the step's own (a service: Monte-Carlo continuations from a prefix
+        given as token ids). Sampled like the rollouts unless told otherwise; counted in the run's generation FLOPs
+        and in ``extra_tokens``, never in the rollout or token totals that compare methods' data budgets."""
+        sampling = make_sampling(temperature=self.cfg.temperature if temperature is None else temperature,
+                                 top_p=self.cfg.top_p, max_new_tokens=max_new_tokens or self.cfg.max_new_tokens,
+                                 seed=int(seed))
+        rollouts = self.engine.generate(prompts, n, sampling)
+        self.flops["generation"] += self.flop_model.generation(
+            [len(ro.prompt_ids) for ro in rollouts], [len(ro.response_ids) for ro in rollouts],
+            [len(rollouts[k * n].prompt_ids) for k in range(len(prompts))])
+        self.extra_tokens += sum(len(ro.response_ids) for ro in rollouts)
+        return rollouts
+
     def update(self, batch: GroupBatch) -> dict[str, float]:
         cfg, loss_fn = self.cfg, self.components["loss"]
         self.model.train()
@@ -356,28 +376,48 @@ class Trainer:
         sampling = make_sampling(temperature=self.cfg.eval_temperature,
                                  max_new_tokens=self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens,
                                  seed=self.cfg.seed)
-        rollouts = self.engine.generate(prompts, k, sampling)
-        correct, rewards, lengths = [], [], []
+        # A generation controller that shapes what a response is (per-mode hard caps) decodes the eval too through
+        # its ``generate_eval`` hook, so that held-out lengths and verdicts are those of the policy as it is deployed;
+        # training-only controllers (aborts, hints) never touch the eval.
+        controlled = getattr(self.components["generation_controller"], "generate_eval", None)
+        if controlled is not None:
+            rollouts = controlled(self.engine, prompts, k, sampling)
+        else:
+            rollouts = self.engine.generate(prompts, k, sampling)
+        correct, rewards, lengths, records = [], [], [], []
         for j, ro in enumerate(rollouts):
             self.eval_env.reset(options={"task_id": task_ids[j // k]})
             reward, info = step_single_turn(self.eval_env, ro.text)
             correct.append(bool(info.get("correct", reward > 0)))
             rewards.append(float(reward))
             lengths.append(len(ro.response_ids))
+            records.append({"response": ro.text, "parsed_answer": info.get("parsed_answer"), "correct": correct[-1]})
         per_task = np.asarray(correct, dtype=int).reshape(n, k).sum(axis=1)
         # eval_correct: per-task results in task order (a 0/1 string, or correct counts out of eval_samples), so two
         # runs on the same tasks can be compared pairwise
-        return {"eval_accuracy": float(np.mean(correct)), "eval_reward": float(np.mean(rewards)),
-                "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_samples": k,
-                "eval_s": time.perf_counter() - t0,
-                "eval_correct": "".join(str(c) for c in per_task) if k == 1 else per_task.tolist()}
+        out = {"eval_accuracy": float(np.mean(correct)), "eval_reward": float(np.mean(rewards)),
+               "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_samples": k,
+               "eval_s": time.perf_counter() - t0,
+               "eval_correct": "".join(str(c) for c in per_task) if k == 1 else per_task.tolist()}
+        task_meta = getattr(self.eval_env.unwrapped.source.task(0), "metadata", None) or {}
+        if k > 1 and "numbers" in task_meta and "target" in task_meta:
+            # Countdown: how many distinct correct solutions per problem, and how varied their first operations are
+            # (rlvr_envs.harness.coverage), per task in task order too, so two runs compare pairwise
+            from rlvr_envs.harness.coverage import task_stats
+
+            stats = [task_stats(records[i * k:(i + 1) * k]) for i in range(n)]
+            out.update(eval_coverage=float(np.mean([s["solutions"] for s in stats])),
+                       eval_entrances=float(np.mean([s["entrances"] for s in stats])),
+                       eval_entrance_entropy=float(np.mean([s["entrance_entropy_all"] for s in stats])),
+                       eval_solutions=[s["solutions"] for s in stats])
+        return out
 
     # -- checkpoints -----------------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
         trainable = set(self.trainable)
         return {
             "step": self.step, "rollouts_total": self.rollouts_total, "tokens_total": self.tokens_total,
-            "flops": dict(self.flops), "config": self.cfg.to_dict(),
+            "extra_tokens": self.extra_tokens, "flops": dict(self.flops), "config": self.cfg.to_dict(),
             "model": {k: v.detach().clone() for k, v in self.model.named_parameters() if k in trainable},
             "optimizer": self.optimizer.state_dict(),
             "components": {stage: c.state_dict() for stage, c in self.components.items()},
@@ -412,6 +452,7 @@ class Trainer:
         self.engine.sync_weights(self.model)  # the engine was built from the initial weights
         self.step, self.rollouts_total = int(state["step"]), int(state["rollouts_total"])
         self.tokens_total = int(state.get("tokens_total", 0))
+        self.extra_tokens = int(state.get("extra_tokens", 0))
         self.flops = {k: float(v) for k, v in state.get("flops", {"generation": 0.0, "training": 0.0}).items()}
         self.metrics.truncate_after(self.step)
         return True
@@ -453,7 +494,10 @@ class Trainer:
     def flop_record(self) -> dict[str, float]:
         """Cumulative FLOPs so far (``agents.grpo.flops``): generation, training and their sum."""
         gen, train = self.flops["generation"], self.flops["training"]
-        return {"flops_gen": gen, "flops_train": train, "flops_total": gen + train}
+        out = {"flops_gen": gen, "flops_train": train, "flops_total": gen + train}
+        if self.extra_tokens:  # only runs whose components generate beside the rollouts carry it
+            out["extra_tokens"] = self.extra_tokens
+        return out
 
     def over_flop_budget(self) -> bool:
         return bool(self.cfg.flop_budget) and self.flops["generation"] + self.flops["training"] >= self.cfg.flop_budget

@@ -40,7 +40,10 @@ class PolicyAgent:
         if not observations:
             self.last_rollouts, self.last_token_counts = [], []
             return []
-        prompts = [self.prompt_for(o, i) for o, i in zip(observations, infos)]
+        # A response prefix (an env's prefill, e.g. Countdown's entrance_as="prefill") is written for the model: the
+        # prompt ends with it, and the response the env grades is prefix + what the model continued with.
+        prefixes = [str((i or {}).get("response_prefix") or "") for i in infos]
+        prompts = [self.prompt_for(o, i) + p for o, i, p in zip(observations, infos, prefixes)]
         seeds = [(i or {}).get("seed") for i in infos]
         if all(s is None for s in seeds):
             seeds = None
@@ -48,8 +51,8 @@ class PolicyAgent:
             raise ValueError("either every info carries 'seed' or none does")
         rollouts = self.engine.generate(prompts, 1, self.sampling, seeds=seeds)
         self.last_rollouts = rollouts
-        self.last_token_counts = [r.n_tokens for r in rollouts]
-        return [r.text for r in rollouts]
+        self.last_token_counts = [r.n_tokens for r in rollouts]  # generated tokens only, not the prefix
+        return [p + r.text for p, r in zip(prefixes, rollouts)]
 
     def describe(self) -> dict[str, Any]:
         """Provenance for results files: model id, weights hash, size, sampling and engine."""

@@ -98,6 +98,9 @@ def verify_results(doc: Any, *, max_reports: int = 5) -> dict[str, Any]:
             raise SubmissionRejected(f"n_tasks={cfg['n_tasks']} exceeds the {len(source)} tasks of {env_id}")
         problems: list[str] = []
         rescored = []
+        # A wrapper of the project's own around the text env (rlvr/Modes-v0 caps and pays by mode) changes the
+        # verdict: re-score through env.step, as the harness did, not through the bare env's score.
+        scoring_wrapped = has_scoring_wrapper(env)
         for rec in doc["records"]:
             where = f"task {rec['task_id']!r} sample {rec['sample_index']}"
             try:
@@ -109,7 +112,7 @@ def verify_results(doc: Any, *, max_reports: int = 5) -> dict[str, Any]:
                 problems.append(f"{where}: task_index {rec['task_index']} but the id is task {index}")
             if rec["seed"] != sample_seed(cfg["seed"], rec["task_index"], rec["sample_index"]):
                 problems.append(f"{where}: seed {rec['seed']} is not the one derived from the run seed")
-            if "turns" in rec or not callable(getattr(base, "score", None)):
+            if "turns" in rec or not callable(getattr(base, "score", None)) or scoring_wrapped:
                 correct, parsed, format_ok, problem = replay(env, rec, index)
                 if problem:
                     problems.append(f"{where}: {problem}")
@@ -138,6 +141,18 @@ def verify_results(doc: Any, *, max_reports: int = 5) -> dict[str, Any]:
     if diffs:
         raise SubmissionRejected("claimed metrics do not match the re-verified records: " + "; ".join(diffs[:max_reports]))
     return recomputed
+
+
+def has_scoring_wrapper(env: Any) -> bool:
+    """Whether a wrapper that is not one of gymnasium's own (order enforcing, env checker, time limit) sits between
+    ``env`` and the text env: such a wrapper may change what a response scores."""
+    import gymnasium as gym
+
+    while isinstance(env, gym.Wrapper):
+        if not type(env).__module__.startswith("gymnasium."):
+            return True
+        env = env.env
+    return False
 
 
 def replay(env: Any, rec: Mapping[str, Any], index: int) -> tuple[bool, Any, bool, str | None]:

@@ -4,6 +4,11 @@ maj@k votes on verified-equivalent answers (``1/2``, ``0.5`` and ``\\frac{1}{2}`
 env's ``same_answer`` groups parsed answers into classes. Everything here is a pure function of the records (and that
 rule), so a leaderboard can recompute a submission's metrics from its re-verified records and compare them with the
 claimed ones. Timing is measurement, not a metric: it lives elsewhere.
+
+Countdown records (``rlvr_envs.harness.coverage.is_countdown``) also get solution coverage and entrance statistics
+(``coverage@n``, ``entrances@n``, ``entrance_entropy@n``, ``entrance_entropy_all@n``, ``entrance_sources``; see
+``rlvr_envs.harness.coverage``). Results files written before those keys existed lack them; ``metrics_match`` accepts
+that (a key the claim leaves out is not a false claim), but a claimed value must match.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from rlvr_envs.harness.coverage import coverage_metrics, is_countdown, is_coverage_key
 
 # Whether two parsed answers are one answer (the env's verifier decides; see answer_classes).
 AnswerEquivalence = Callable[[str, str], bool]
@@ -152,13 +159,18 @@ def compute_metrics(records: Sequence[Mapping[str, Any]], n_samples: int, *, n_p
     # Forward-pass FLOPs of the generated tokens only (2 * params per token; prompt processing excluded).
     params_ok = isinstance(n_params, (int, float)) and not isinstance(n_params, bool) and n_params > 0
     metrics["flops_estimate"] = float(2 * n_params * metrics["tokens_generated"]) if params_ok and have_tokens else None
+    if is_countdown(records):
+        metrics.update(coverage_metrics(list(by_task.values()), n))
     return metrics
 
 
 def metrics_match(claimed: Mapping[str, Any], recomputed: Mapping[str, Any], *, rel_tol: float = 1e-9) -> list[str]:
-    """Human-readable differences between two metric dicts (empty when they agree)."""
+    """Human-readable differences between two metric dicts (empty when they agree). A coverage key (``coverage.
+    is_coverage_key``) that the claim lacks is not a difference: files from before those metrics do not have them."""
     diffs = []
     for key in sorted(set(claimed) | set(recomputed)):
+        if key not in claimed and is_coverage_key(key):
+            continue
         a, b = claimed.get(key), recomputed.get(key)
         if not _close(a, b, rel_tol):
             diffs.append(f"{key}: claimed {a!r}, re-verified {b!r}")

@@ -168,6 +168,12 @@ class Results:
                  f"format_error_rate={m['format_error_rate']:.3f}  tokens={m['tokens_generated'] or 'n/a'}  "
                  f"flops={'n/a' if m['flops_estimate'] is None else format(m['flops_estimate'], '.3g')}",
                  f"  wall time {self.data['timing'].get('wall_time_s', 0):.1f}s"]
+        n = cfg["n_samples"]
+        if n > 1 and f"coverage@{n}" in m:  # Countdown: solution coverage and entrances (rlvr_envs.harness.coverage)
+            lines.append(f"  solutions per task: coverage@{n}={m[f'coverage@{n}']:.3f}  "
+                         f"entrances@{n}={m[f'entrances@{n}']:.3f}  "
+                         f"entrance_entropy@{n}={m[f'entrance_entropy@{n}']:.3f} bits "
+                         f"(all samples {m[f'entrance_entropy_all@{n}']:.3f})")
         for key in [k for k in m if k.startswith("accuracy_by_")]:
             parts = ", ".join(f"{v}: {d['accuracy']:.3f} (n={d['n']})" for v, d in m[key].items())
             lines.append(f"  {key}: {parts}")
