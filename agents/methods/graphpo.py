@@ -224,6 +224,11 @@ class GraphPOAdvantage(Component):
 
 declare(Comparison(
     method="graphpo", baseline="grpo", metric="final_accuracy", direction="higher",
+    known_result=(
+        "micro lane, seeds 0-2 (commit ce3043a runs): final mean@4 0.524 vs GRPO 0.510, diff +0.014 [95% paired "
+        "bootstrap -0.007, +0.034]: inconclusive (per seed 0.000, +0.025, +0.016). A group's 8 rollouts formed 5.3-5.6 "
+        "state nodes a step, 72-75% of them reached by more than one rollout; 21-23% of the steps were invalid "
+        "arithmetic (no node). Eval length 28.2 vs 28.1 tokens, coverage 0.78 vs 0.77"),
     claim="GraphPO (rollouts merged into a DAG of reasoning states; correctness advantages on outgoing edges, "
           "efficiency advantages on incoming edges) consistently outperforms chain- and tree-based baselines at the "
           "same token or response budget, on three LLMs (the abstract gives no figure)"))
