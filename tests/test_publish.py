@@ -272,3 +272,20 @@ def test_estimate_flops_follows_its_formula():
     assert got["update"] == pytest.approx(tokens * (2 * (2 * n + 4 * nt) + 2 * n))
     assert got["total"] == pytest.approx(got["generation"] + got["update"])
     assert wall_time(records) == pytest.approx(2.0 + 1.5 + 1.0 + 1.5)
+
+
+def test_a_results_file_of_another_run_with_the_same_method_and_seed_is_kept(runs, tmp_path):
+    """A board's results file from an earlier run of the same method and seed (an older build) is not overwritten
+    or resumed into: the new run's evaluation gets a file named after its own run folder."""
+    res = tmp_path / "res"
+    res.mkdir()
+    older = res / "lane-micro-grpo-s0.json"
+    older.write_text(json.dumps({"provenance": {"agent": {"source": "trained: step-60.pt of grpo-s0-0ld on tiny"}}}))
+    before = older.read_text()
+    entry = publish_run(runs["s0"], boards_dir=tmp_path / "boards", results_dir=res)
+    assert older.read_text() == before
+    mine = res / f"lane-micro-grpo-s0-{runs['s0'].name}.json"
+    assert mine.is_file() and entry["model"] == "tiny + grpo (seed 0)"
+    # its own file is found again by name: a republish reuses the evaluation (and the board refuses the duplicate)
+    with pytest.raises(lb.SubmissionRejected, match="already on board"):
+        publish_run(runs["s0"], boards_dir=tmp_path / "boards", results_dir=res)

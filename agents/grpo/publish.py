@@ -13,6 +13,7 @@ can re-derive it, and the page says so.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping, Sequence
@@ -262,10 +263,23 @@ def publish_run(run_dir: str | os.PathLike, *, boards_dir: str | os.PathLike | N
     agent = PolicyAgent(policy, make_engine(policy, "hf", precision=cfg.precision), sampling)
     out_dir = Path(results_dir) if results_dir is not None else run_dir / "published"
     out = out_dir / f"{board}-{method}-s{cfg.seed}.json"
+    if out.is_file() and f" of {run_dir.name} on " not in _evaluated_source(out):
+        # the same method and seed from another run (an earlier build of the code) keeps its file; this run gets one
+        # named after its own folder too
+        out = out_dir / f"{board}-{method}-s{cfg.seed}-{run_dir.name}.json"
     evaluate(agent, cfg.env, env_kwargs={**cfg.env_kwargs, **cfg.eval_env_kwargs}, n_samples=int(cfg.eval_samples), seed=0,
                        limit=n_tasks, batch_size=64, out=out, resume=True, progress=progress)
     training = _training(run_dir, state, path, policy, method)
     return submit(out, board, boards_dir=boards_dir, label=label, training=training)
+
+
+def _evaluated_source(results_file: Path) -> str:
+    """The trained policy a results file was evaluated from (``provenance.agent.source``), '' if unreadable."""
+    try:
+        doc = json.loads(Path(results_file).read_text())
+    except (OSError, ValueError):
+        return ""
+    return str(((doc.get("provenance") or {}).get("agent") or {}).get("source") or "")
 
 
 def describe_entry(entry: Mapping[str, Any]) -> str:
