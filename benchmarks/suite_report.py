@@ -26,7 +26,11 @@ def table(results: list[dict]) -> str:
         lo, hi = r["interval"]
         pool = (r.get("recipes", {}).get("method") or {}).get("train_pool")
         lane = r["lane"] + (f" (train_pool={pool})" if pool and r["lane"] == "micro" else "")
-        rows.append(f"| {r['method']} vs {r['baseline']} | {lane} | {len(r['seeds'])} | {r['metric']} | "
+        # a tagged variant (e.g. hint_vs_grpo_hard) is named by its comparison, which the command records
+        name = str(r.get("command", "")).partition(" -k ")[2].split(" ")[0]
+        tag = name.removeprefix(f"{r['method']}_vs_{r['baseline']}").removeprefix(f"_{r['lane']}").lstrip("_")
+        label = f"{r['method']} vs {r['baseline']}" + (f" ({tag})" if tag else "")
+        rows.append(f"| {label} | {lane} | {len(r['seeds'])} | {r['metric']} | "
                     f"{r['method_value']:.4g} | {r['baseline_value']:.4g} | {r['difference']:+.4g} "
                     f"[{lo:+.4g}, {hi:+.4g}] | {r['accuracy']['method']:.3f} / {r['accuracy']['baseline']:.3f} | "
                     f"{r['verdict']} | {(r.get('commit') or '?')[:7]} |")
@@ -73,7 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--runs-dir", default=None)
     args = p.parse_args(argv)
     results = [json.loads(f.read_text()) for f in sorted(Path(args.results_dir).glob("*.json"))]
-    results = [r for r in results if not r.get("quick")]
+    # comparison results only (other reports, e.g. countdown_coverage.json, share the folder)
+    results = [r for r in results if not r.get("quick") and "interval" in r and "method" in r]
     print(table(results))
     runs_dir = Path(args.runs_dir) if args.runs_dir else default_runs_dir()
     for line in extras(results, runs_dir):
