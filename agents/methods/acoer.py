@@ -144,6 +144,12 @@ class ACOER(Component):
 
 declare(Comparison(
     method="acoer", baseline="grpo", metric="final_eval_tokens", direction="lower", accuracy_tolerance=0.05,
+    known_result=(
+        "micro lane, seeds 0-2 (commit 89afe94 runs): final eval length 27.5 vs GRPO 28.1 tokens, diff -0.63 [95% "
+        "-2.39, +1.12]: inconclusive, at final mean@4 0.520 vs 0.510. alpha rose to its cap 0.5, but the budget "
+        "B = 0.85 x EMA correct length settled at 22.4-22.7 tokens, below almost every correct trace (26-27 tokens), "
+        "so the efficiency bonus of the last steps was 0: the budget rule leaves no gradient on a lane whose correct "
+        "answers vary little in length"),
     claim="ACOER cuts generated tokens while keeping accuracy (paper: 'improves overall accuracy compared to the base "
           "model while reducing token generation by over 60%'; public code README, Qwen3-1.7B: tokens -33% to -62% "
           "vs the base model at accuracy -0.4 to +6.7 points, where accuracy-only GRPO cut 11-26%). Read here: "
