@@ -363,6 +363,11 @@ class DynamicRolloutEditing(Component):
 
 declare(Comparison(
     method="dre", baseline="grpo", metric="final_eval_tokens", direction="lower", accuracy_tolerance=0.05,
+    known_result=(
+        "micro lane, seeds 0-2 (commit 05cc971 runs): final eval length 28.19 vs GRPO 28.14 tokens, diff +0.05 [95% "
+        "-0.17, +0.28] at mean@4 0.510 vs 0.510: not reproduced, because DRE's trigger almost never occurs here: the "
+        "micro policy writes its answer right after the first valid '!' line, so in 180 steps x 256 rollouts it made "
+        "1 edit (seed 0); seeds 1 and 2 trained exactly as GRPO did (identical evals)"),
     claim="DRE (edited twins of correct rollouts that kept thinking after the answer emerged, ranked above their "
           "originals) curbs overthinking: shorter responses at about equal accuracy (read: mean final accuracy "
           "within 0.05). The abstract gives no figure ('experiments across diverse tasks show the effectiveness of "
