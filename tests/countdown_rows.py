@@ -4,6 +4,7 @@ pieces whose tokens are known, so a golden per-token advantage can be written pi
 from __future__ import annotations
 
 import torch
+from hypothesis import strategies as st
 
 from agents.grpo.batch import GroupBatch, Sample
 from agents.policy.micro import micro_tokenizer
@@ -37,3 +38,30 @@ def expected(rows, values) -> torch.Tensor:
         out.append([v for p, v in zip(encode(pieces), vals) for _ in p] + [vals[-1]])
     width = max(map(len, out))
     return torch.tensor([o + [0.0] * (width - len(o)) for o in out])
+
+
+# Pieces of hostile or malformed traces: valid and invalid search lines, answer tags, boxed answers, stray marks,
+# non-ASCII and tabs; with raw token ids (special tokens included) they make batches no component may crash on.
+GARBAGE_PIECES = ["9+7=16 [2 16]", "\n", " ", "16+2=18 x", "14+9=23 !", "7*2=14 [9 14]", "9+2=11 [7 11]", " 11+7=18 x",
+                  "<answer>", "</answer>", "7*2+9", "\\boxed{", "}", "5", "2.5", "x", "!", "[", "]", "=", "+", "é", "\t",
+                  "t0", "answer is 5."]
+GARBAGE_METAS = [META, {}, {"numbers": "abc", "target": None}, {"numbers": [10**30, 2], "target": -4},
+                 {"numbers": [-1, 3], "target": 2}, {"numbers": [], "target": 1}, None]
+
+
+@st.composite
+def garbage_batches(draw) -> GroupBatch:
+    """1-6 rows in groups 'a'/'b' of garbage text or raw ids, any reward and correct flag, malformed task metadata."""
+    samples = []
+    for _ in range(draw(st.integers(1, 6))):
+        if draw(st.booleans()):
+            ids = TOK("".join(draw(st.lists(st.sampled_from(GARBAGE_PIECES), max_size=12))),
+                      add_special_tokens=False)["input_ids"]
+        else:  # raw ids, special tokens and all
+            ids = draw(st.lists(st.integers(0, len(TOK) - 1), max_size=12))
+        meta = draw(st.sampled_from(GARBAGE_METAS))
+        info = {"answer": draw(st.sampled_from([None, "5", "", 23])), **({} if meta is None else {"metadata": meta})}
+        samples.append(Sample(draw(st.sampled_from("ab")), "p", [1], ids, "?",
+                              reward=draw(st.sampled_from([0.0, 1.0, 0.5, -1.0])), correct=draw(st.booleans()),
+                              info=info))
+    return GroupBatch.from_samples(samples, tokenizer=TOK)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-from countdown_rows import META, TOK, batch_of, expected
+from countdown_rows import batch_of, expected, garbage_batches
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from test_grpo_trainer import trainer
 
-from agents.grpo.batch import GroupBatch, Sample
+from agents.grpo.batch import GroupBatch
 from agents.grpo.registry import build
 from agents.methods.graphpo import countdown_steps, number_steps
 
@@ -148,29 +148,6 @@ def test_bad_hyper_parameters_name_the_key(params):
 
 
 # -- properties ---------------------------------------------------------------------------------------------------
-PIECES = ["9+7=16 [2 16]", "\n", " ", "16+2=18 x", "14+9=23 !", "7*2=14 [9 14]", "9+2=11 [7 11]", " 11+7=18 x",
-          "<answer>", "</answer>", "7*2+9", "5", "2.5", "x", "!", "[", "]", "=", "+", "é", "\t", "t0"]
-METAS = [META, {}, {"numbers": "abc", "target": None}, {"numbers": [10**30, 2], "target": -4},
-         {"numbers": [-1, 3], "target": 2}, {"numbers": [], "target": 1}, None]
-
-
-@st.composite
-def garbage_batches(draw):
-    n = draw(st.integers(1, 6))
-    samples = []
-    for _ in range(n):
-        if draw(st.booleans()):
-            ids = TOK("".join(draw(st.lists(st.sampled_from(PIECES), max_size=12))),
-                      add_special_tokens=False)["input_ids"]
-        else:  # raw ids, special tokens and all
-            ids = draw(st.lists(st.integers(0, len(TOK) - 1), max_size=12))
-        meta = draw(st.sampled_from(METAS))
-        samples.append(Sample(draw(st.sampled_from("ab")), "p", [1], ids, "?",
-                              reward=draw(st.sampled_from([0.0, 1.0, 0.5, -1.0])), correct=draw(st.booleans()),
-                              info={} if meta is None else {"metadata": meta}))
-    return GroupBatch.from_samples(samples, tokenizer=TOK)
-
-
 @settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(garbage_batches(), st.floats(0.0, 2.0), st.floats(0.0, 1.0), st.booleans(), st.sampled_from(["numbers", "none"]))
 def test_properties_zero_weights_are_grpo_padding_zero_never_raises(batch, alpha, lam, normalize, generic):
