@@ -241,6 +241,10 @@ class RREDCoTAdvantage(Component):
 
 declare(Comparison(
     method="rredcot", baseline="grpo", metric="final_accuracy", direction="higher",
+    known_result=(
+        "micro lane, seeds 0-2 (commit 19d3900 runs): final mean@4 0.368 vs GRPO 0.510, diff -0.143 [95% paired "
+        "bootstrap -0.345, -0.020]: not reproduced (worse). Seeds 0 and 2 tracked GRPO to step 50 (0.46-0.50) and "
+        "ended 0.05 and 0.03 below it; seed 1 collapsed after step 40 (0.466 -> 0.142, eval length 26 -> 17 tokens)"),
     claim=("RREDCoT redistributes the terminal reward over CoT segments with the model's own teacher-forced "
            "likelihood of the gold answer, 'without additional generation', as an alternative to Monte-Carlo "
            "credit; the abstract gives no figure (read: higher final accuracy than GRPO's sequence-level credit)")))
