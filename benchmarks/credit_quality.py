@@ -2,9 +2,9 @@
 
 Samples a batch as the trainer's first step would (the lane's env, sampling and length cap), computes the MC step
 values of ``mc_step`` (the reference: continuations from step boundaries, scored by the verifier), then the per-token
-advantages of each cheap estimator on the same batch (RREDCoT raw dV and its recipe's z-scored form, a stand-alone
-DASH, a registered ``dash`` estimator if one exists, GRPO as the no-credit floor) and prints each one's agreement
-with MC: Spearman rank correlation over segments and sign agreement (agents/methods/credit_quality.py).
+advantages of each cheap estimator on the same batch (RREDCoT raw dV and its recipe's z-scored form, the ``dash``
+estimator, GRPO as the no-credit floor) and prints each one's agreement with MC: Spearman rank correlation over
+segments and sign agreement (agents/grpo/credit_quality.py).
 
     python benchmarks/credit_quality.py [--model micro-countdown] [--lane micro] [--prompts 8] [--n 4]
         [--boundaries 4] [--rollouts-per-boundary 8] [--max-new-tokens N] [--seed 0] [--json PATH]
@@ -40,8 +40,8 @@ def measure(trainer: Any, *, boundaries: int = 4, rollouts_per_boundary: int = 8
             mc: dict[str, Any] | None = None, eta: float = 0.5, step: int = 1) -> dict[str, Any]:
     """Sample one batch with ``trainer`` and return each estimator's agreement with the MC reference (``rredcot`` and
     ``mc``: extra hyper-parameters of those estimators, e.g. a splitter or a verifier for another env)."""
-    from agents.grpo.registry import build, names
-    from agents.methods.credit_quality import compare, dash_advantages
+    from agents.grpo.credit_quality import compare
+    from agents.grpo.registry import build
 
     trainer.step = step
     batch, _ = trainer.collect()
@@ -65,19 +65,11 @@ def measure(trainer: Any, *, boundaries: int = 4, rollouts_per_boundary: int = 8
     estimates = {"grpo": base}
     estimates["rredcot_raw"] = bound("rredcot", {**(rredcot or {}), "beta": 1.0, "normalize": "none"})(batch)
     estimates["rredcot"] = bound("rredcot", {**(rredcot or {}), "beta": 1.0})(batch)
-    estimates["dash_standalone"] = dash_advantages(batch.texts, batch.response_ids, batch.infos, base,
-                                                   batch.response_mask, trainer.tokenizer, eta=eta)
-    skipped = {}
-    if "dash" in names("advantage")["advantage"]:  # a full DASH estimator, where one is registered
-        try:
-            estimates["dash"] = bound("dash", {})(batch)
-        except Exception as exc:  # its interface may need params this script does not know: report, do not stop
-            skipped["dash"] = f"{type(exc).__name__}: {exc}"
+    estimates["dash"] = bound("dash", {"eta": eta})(batch)
     result = compare(ref.last_bounds, ref.last_values, estimates, base)
     m = ref.metrics()
     return {"rows": len(batch), "groups": batch.num_groups, "accuracy": float(batch.correct.float().mean()),
-            "mc": {**m, "extra_tokens_counted": trainer.extra_tokens - extra0}, "agreement": result,
-            "skipped": skipped}
+            "mc": {**m, "extra_tokens_counted": trainer.extra_tokens - extra0}, "agreement": result}
 
 
 def _fmt(x: float) -> str:
@@ -108,8 +100,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"{'estimator':>16} {'spearman':>9} {'sign agr':>9} {'segments':>9}")
     for name, a in out.get("agreement", {}).items():
         print(f"{name:>16} {_fmt(a['spearman']):>9} {_fmt(a['sign_agreement']):>9} {int(a['segments']):>9}")
-    for name, why in out.get("skipped", {}).items():
-        print(f"{name:>16} skipped: {why}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=float)

@@ -15,17 +15,16 @@ from hypothesis import strategies as st
 from test_grpo_trainer import strip, trainer
 
 from agents.grpo.batch import GroupBatch, Sample
-from agents.grpo.registry import build
-from agents.grpo.segments import evenly
-from agents.methods.credit_quality import (
+from agents.grpo.credit_quality import (
     agreement,
     compare,
-    dash_advantages,
     reference_credit,
     segment_credit,
     sign_agreement,
     spearman,
 )
+from agents.grpo.registry import build
+from agents.grpo.segments import evenly
 from agents.methods.mc_credit import row_verifier
 from agents.methods.rredcot import gold_continuation
 from agents.policy.models import tiny_tokenizer
@@ -341,20 +340,6 @@ def test_credit_quality_golden():
     assert out["x"]["spearman"] == pytest.approx(0.8660254, abs=1e-5) and out["x"]["sign_agreement"] == pytest.approx(2 / 3)
 
 
-def test_dash_standalone_golden():
-    trace = "9+7=16 [2 16]\n 16+2=18 x\n7*2=14 [9 14]\n 14+9=23 !\n<answer>7*2+9</answer>"
-    info = {"metadata": {"numbers": [9, 7, 2], "target": 23}, "answer": "23"}
-    b = make_batch([("a", trace, 1.0, info), ("a", "no commitment", 0.0, info), ("b", "<answer>5</answer>", 1.0,
-                                                                                 {"answer": "5"})])
-    base = grpo(b)
-    adv = dash_advantages(b.texts, b.response_ids, b.infos, base, b.response_mask, TOK, eta=0.5)
-    # commitments: " 16+2=18 x" wrong (ends at char 14 + 11 = 25), " 14+9=23 !" right (ends at 50), the answer right
-    # (ends at 72): wrong -> wrong 0, wrong -> right +.5, right -> right 0
-    assert adv[0].tolist() == pytest.approx([A] * 25 + [A + 0.5] * 25 + [A] * 22, abs=1e-5)
-    assert adv[1, :13].tolist() == pytest.approx([-A] * 13, abs=1e-5) and adv[1, 13:].abs().sum() == 0
-    assert adv[2, :18].tolist() == pytest.approx([0.5] * 18)  # generic: the tag matches the gold; one-row group A = 0
-
-
 # -- inside the trainer --------------------------------------------------------------------------------------------
 class RecordingEngine(ToyEngine):
     """Records every generate call's prompts, seed, budget and outputs, with the trainer's step."""
@@ -425,7 +410,7 @@ def test_credit_quality_script_on_the_toy_trainer(tmp_path):
                             rredcot={"template": "{answer}", "split": "tokens=1"})
     assert out["rows"] == 12 and out["mc"]["extra_tokens_counted"] == out["mc"]["extra_tokens"] > 0
     agree = out["agreement"]
-    assert {"grpo", "rredcot", "rredcot_raw", "dash_standalone"} <= set(agree)
+    assert {"grpo", "rredcot", "rredcot_raw", "dash"} <= set(agree)
     assert agree["grpo"]["segments"] == agree["rredcot"]["segments"] > 0
     assert math.isnan(agree["grpo"]["spearman"])  # no credit at all: a constant estimate has no rank correlation
     assert 0 <= agree["rredcot_raw"]["sign_agreement"] <= 1 or math.isnan(agree["rredcot_raw"]["sign_agreement"])
