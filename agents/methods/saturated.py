@@ -88,3 +88,9 @@ declare(Comparison(
     method="saturated", baseline="dapo", metric="rollouts_per_useful_group", direction="lower", overrides=FINITE_POOL,
     claim="predicting saturated groups before generation spends fewer rollouts per group with signal than DAPO's "
           "filter-after-generation (arXiv 2607.26253; our reading: rollouts generated / groups with reward variance)"))
+declare(Comparison(
+    method="saturated", baseline="dapo", metric="rollouts_per_useful_group", direction="lower", lane="smollm2",
+    seeds=(0, 1), overrides=("steps=10", "train_pool=64"),
+    claim="the micro-lane result confirmed on the real-model lane (SmolLM2-135M, Arithmetic): fewer rollouts per group "
+          "with signal than DAPO. 10 steps on the first 64 tasks: 80 draws plus up to 2 refill "
+          "rounds a step, so each prompt recurs 1-4 times and the predictor has history to use"))
