@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from agents.grpo.config import load_lane, load_recipe
-from agents.policy.countdown_traces import check_trace, write_trace
-from agents.policy.micro import MicroConfig, ensure_micro, env_kwargs, micro_tokenizer, parse_name
+from agents.policy.countdown_traces import TRACE_MODES, check_trace, solution_branch, write_mode_trace, write_trace
+from agents.policy.micro import MicroConfig, ensure_micro, env_kwargs, micro_tokenizer, parse_name, warmstart_examples
 from rlvr_envs.tasks.countdown import CountdownSource
 from rlvr_envs.verifiers.countdown import verify
 
@@ -47,6 +47,44 @@ def test_trace_noise_gives_different_searches_for_one_task():
 def test_unreachable_target_is_an_error():
     with pytest.raises(ValueError, match="cannot reach"):
         write_trace([1, 1, 1], 40, np.random.default_rng(0))
+
+
+def test_mode_traces_are_scored_by_the_modes_env_as_their_mode():
+    """Each mode's trace parses as that mode in rlvr/Modes-v0, its answer is correct, Short keeps only the solution
+    branch (valid, no dead end) and NoThink has no search line; lengths order NoThink < Short <= Long."""
+    from rlvr_envs.modes import ModeTable
+
+    table, tok = ModeTable.build(), micro_tokenizer()
+    for i, task in enumerate(_tasks(60)):
+        nums, target = task.metadata["numbers"], int(task.answer)
+        full = write_trace(nums, target, np.random.default_rng(i))
+        texts = {m: write_mode_trace(nums, target, np.random.default_rng(i), m) for m in TRACE_MODES}
+        lengths = {m: len(tok(t, add_special_tokens=False)["input_ids"]) for m, t in texts.items()}
+        for mode, text in texts.items():
+            parsed, _ = table.parse(text)
+            assert parsed is not None and parsed.name == mode, text
+            assert verify(nums, target, text).correct, text
+        assert texts["long"] == "/long\n" + full
+        short = check_trace(nums, target, texts["short"].split("\n", 1)[1])
+        assert short.all_valid and short.reached and all(s.mark != "x" for s in short.steps)
+        assert texts["short"].split("\n")[1:-1] == solution_branch(full)
+        assert "=" not in texts["nothink"]
+        assert lengths["nothink"] < lengths["short"] <= lengths["long"]
+    with pytest.raises(ValueError, match="mode must be one of"):
+        write_mode_trace([2, 3, 4], 10, np.random.default_rng(0), "medium")
+
+
+def test_mode_trace_warm_start_mixes_the_modes():
+    tok = micro_tokenizer()
+    examples = warmstart_examples(MicroConfig(mode_traces=1), tok, 300)
+    firsts = [tok.decode(r[:2]) for _, r in examples]
+    shares = {m: firsts.count(f"/{m}") / len(firsts) for m in TRACE_MODES}
+    assert sum(shares.values()) == 1 and min(shares.values()) > 0.25, shares
+    plain = warmstart_examples(MicroConfig(), tok, 20)
+    assert all(not tok.decode(r[:1]).startswith("/") for _, r in plain)
+    assert MicroConfig(mode_traces=1).key() != MicroConfig().key()
+    with pytest.raises(ValueError, match="mode_traces"):
+        warmstart_examples(MicroConfig(mode_traces=2), tok, 1)
 
 
 def test_check_trace_flags_bad_steps():

@@ -17,6 +17,10 @@ move reaches the target, that one does. Moves keep every value a non-negative in
 ``a / b`` only when exact and ``b > 1``), the same moves ``rlvr/Countdown-v0`` builds its tasks from, so the full search
 always finds the construction's solution.
 
+``write_mode_trace`` writes one of three response modes for ``rlvr/Modes-v0`` (seed 004's NoThink / Short / Long): the
+mode's marker on the first line, then the bare answer (NoThink), the solution branch alone (Short: no dead ends), or
+the full search (Long). A policy warm-started on a mix of them starts each response with a marker.
+
 ``check_trace`` parses a trace (a model's included) into steps with their depth and tells whether each is valid
 arithmetic on the numbers available at that depth: what a strict accuracy, state-merging or first-move metrics read.
 """
@@ -106,6 +110,26 @@ def write_trace(numbers: Sequence[int], target: int, rng: np.random.Generator, *
     if solution is None:
         raise ValueError(f"{list(numbers)} cannot reach {target} with integer moves")
     return "\n".join([*lines, f"<answer>{solution}</answer>"])
+
+
+TRACE_MODES = ("nothink", "short", "long")
+
+
+def write_mode_trace(numbers: Sequence[int], target: int, rng: np.random.Generator, mode: str, *,
+                     markers: dict[str, str] | None = None, noise: float = 0.6) -> str:
+    """``write_trace`` in a response mode: ``"<marker>\n"`` then the answer only (``nothink``), the lines of the branch
+    that reaches the target and the answer (``short``), or the whole trace (``long``). ``markers`` default to
+    ``rlvr/Modes-v0``'s (``/nothink``, ``/short``, ``/long``). Raises ``ValueError`` for an unknown mode."""
+    if mode not in TRACE_MODES:
+        raise ValueError(f"mode must be one of {TRACE_MODES}, got {mode!r}")
+    if markers is None:
+        from rlvr_envs.modes import DEFAULT_MODES
+
+        markers = {name: m.marker for name, m in DEFAULT_MODES.items()}
+    trace = write_trace(numbers, target, rng, noise=noise)
+    answer = trace[trace.rindex("<answer>"):]
+    body = {"nothink": [], "short": solution_branch(trace), "long": trace.split("\n")[:-1]}[mode]
+    return "\n".join([markers[mode], *body, answer])
 
 
 @dataclass(frozen=True)

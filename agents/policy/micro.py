@@ -8,6 +8,10 @@ sampled answers that beat greedy ones at pass@k). It is built at first use and c
    (the lane trains on stream 0 and evaluates on stream 1, so warm-start tasks are neither).
 2. Each task gets one search trace from ``countdown_traces.write_trace`` (seeded per task).
 3. Supervised training on the response tokens only (AdamW, linear warm-up then linear decay), a fixed number of steps.
+   With ``mode_traces=1`` each task's trace is written in a mode drawn uniformly from NoThink / Short / Long
+   (``countdown_traces.write_mode_trace``, markers of ``rlvr/Modes-v0``), independently of the task: the policy starts
+   every response with a marker and has no preference among modes for RL to start from (the micro lane's modes
+   comparison, ``agents/methods/modes.py``).
 4. The model and tokenizer are saved under ``$RLVR_CACHE_DIR/models/micro-countdown-<key>/``, where ``key`` hashes the
    config and the source of this file and of the trace writer: change either and the next load rebuilds.
 
@@ -38,7 +42,7 @@ _SPECIALS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<unk>"]
 # Words of rlvr/Countdown-v0's question and default template: one token each (others fall back to letters).
 _WORDS = ("Using the numbers create an equation that equals You can use basic arithmetic operations and each number "
           "must be used exactly once Show your work then give only final expression without target in tags for "
-          "example answer").split()
+          "example answer nothink short long").split()  # the last three: rlvr/Modes-v0's markers are "/" + word
 _PLAIN_TEMPLATE = "{% for m in messages %}{{ m['content'] }}\n{% endfor %}"
 
 
@@ -53,6 +57,7 @@ class MicroConfig:
     max_target: int = 40
     data_seed_base: int = 1000
     trace_noise: float = 0.6
+    mode_traces: int = 0  # 1: each trace in a uniformly drawn NoThink / Short / Long mode, marker first
     # the model
     hidden_size: int = 192
     intermediate_size: int = 512
@@ -125,8 +130,11 @@ def env_kwargs(cfg: MicroConfig) -> dict[str, Any]:
 
 def warmstart_examples(cfg: MicroConfig, tokenizer: Any, n: int) -> list[tuple[list[int], list[int]]]:
     """``n`` (prompt ids, response ids + EOS) pairs: task ``i`` of the warm-start stream with its seeded trace."""
-    from agents.policy.countdown_traces import write_trace
+    from agents.policy.countdown_traces import TRACE_MODES, write_mode_trace, write_trace
     from rlvr_envs.tasks.countdown import CountdownSource
+
+    if cfg.mode_traces not in (0, 1):
+        raise ValueError(f"mode_traces must be 0 or 1, got {cfg.mode_traces}")
 
     source = CountdownSource(**{k: v for k, v in env_kwargs(cfg).items() if k != "prompt_template"},
                              seed_base=cfg.data_seed_base)
@@ -135,8 +143,12 @@ def warmstart_examples(cfg: MicroConfig, tokenizer: Any, n: int) -> list[tuple[l
         task = source.task(i)
         prompt = tokenizer.apply_chat_template([{"role": "user", "content": task.question}], tokenize=False,
                                                add_generation_prompt=True)
-        trace = write_trace(task.metadata["numbers"], int(task.answer), np.random.default_rng((cfg.seed, i)),
-                            noise=cfg.trace_noise)
+        rng = np.random.default_rng((cfg.seed, i))
+        if cfg.mode_traces:
+            mode = TRACE_MODES[int(rng.integers(len(TRACE_MODES)))]
+            trace = write_mode_trace(task.metadata["numbers"], int(task.answer), rng, mode, noise=cfg.trace_noise)
+        else:
+            trace = write_trace(task.metadata["numbers"], int(task.answer), rng, noise=cfg.trace_noise)
         out.append((tokenizer(prompt, add_special_tokens=False)["input_ids"],
                     tokenizer(trace, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]))
     return out
