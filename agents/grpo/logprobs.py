@@ -210,34 +210,48 @@ def response_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]
     ``chunk``: the head handles ``chunk * B`` response tokens at a time (the memory of ``chunk`` positions of every
     row). ``bucket_slack``: see ``length_buckets`` (None: one batch padded to the longest row). ``store_probs``: see
     ``linear_token_logprobs``."""
-    if len(prompt_ids) != len(response_ids) or not prompt_ids:
-        raise ValueError(f"need as many prompts as responses (>= 1), got {len(prompt_ids)} and {len(response_ids)}")
-    _check_prompts(prompt_ids)
     temperature = check_temperature(temperature)
-    n_rows, width = len(prompt_ids), max(1, max(len(r) for r in response_ids))
-    lengths = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids)]
-    # rows without response tokens need no forward, unless every row is empty (then one keeps the graph connected)
-    live = [i for i, r in enumerate(response_ids) if len(r)] or [0]
-    buckets = [[live[j] for j in b] for b in length_buckets([lengths[i] for i in live], bucket_slack)]
+    n_rows, width = len(prompt_ids), max(1, max((len(r) for r in response_ids), default=1))
     head = _separable_head(model)
     device = next(model.parameters()).device.type
     with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast_bf16):
-        feats, rows, cols, targets = [], [], [], []
-        for bucket in buckets:
-            for acc, x in zip((feats, rows, cols, targets),
-                              _bucket_features(model, head is not None, prompt_ids, response_ids, bucket, pad_id)):
-                acc.append(x)
-        hidden, target = torch.cat(feats), torch.cat(targets)
+        hidden, rows, cols, target = response_features(model, prompt_ids, response_ids, pad_id=pad_id,
+                                                       bucket_slack=bucket_slack, head=head)
         if head is not None:
             lp, ent = linear_token_logprobs(hidden, head.weight, head.bias, target, chunk=chunk * n_rows,
                                             store_probs=store_probs, temperature=temperature)
         else:  # the model's own (possibly soft-capped or scaled) logits; the temperature applies after them, as in vLLM
             logp = torch.log_softmax(hidden.float() / temperature, -1)
             lp, ent = logp.gather(1, target[:, None]).squeeze(1), -(logp.exp() * logp).sum(-1)
-    index = (torch.cat(rows), torch.cat(cols))
+    index = (rows, cols)
     out_lp = torch.zeros(n_rows, width, dtype=lp.dtype).index_put(index, lp)
     out_ent = torch.zeros(n_rows, width, dtype=ent.dtype).index_put(index, ent.detach())
     return out_lp, out_ent
+
+
+def response_features(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
+                      response_ids: Sequence[Sequence[int]], *, pad_id: int = 0, bucket_slack: float | None = 0.25,
+                      head: torch.nn.Linear | None | str = "auto"
+                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(features, rows, cols, targets)``: for every response token, flattened, the backbone's hidden state that
+    predicts it (the model's logits when ``head`` is None: no separable lm_head), its ``(row, column)`` in a
+    ``(B, W)`` output and its id. The backbone runs in length buckets (``length_buckets``); the caller's autocast
+    state applies. ``head="auto"``: ``_separable_head(model)``."""
+    if len(prompt_ids) != len(response_ids) or not prompt_ids:
+        raise ValueError(f"need as many prompts as responses (>= 1), got {len(prompt_ids)} and {len(response_ids)}")
+    _check_prompts(prompt_ids)
+    if isinstance(head, str):
+        head = _separable_head(model)
+    lengths = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids)]
+    # rows without response tokens need no forward, unless every row is empty (then one keeps the graph connected)
+    live = [i for i, r in enumerate(response_ids) if len(r)] or [0]
+    buckets = [[live[j] for j in b] for b in length_buckets([lengths[i] for i in live], bucket_slack)]
+    feats, rows, cols, targets = [], [], [], []
+    for bucket in buckets:
+        for acc, x in zip((feats, rows, cols, targets),
+                          _bucket_features(model, head is not None, prompt_ids, response_ids, bucket, pad_id)):
+            acc.append(x)
+    return torch.cat(feats), torch.cat(rows), torch.cat(cols), torch.cat(targets)
 
 
 def _separable_head(model: torch.nn.Module) -> torch.nn.Linear | None:

@@ -63,8 +63,12 @@ class Component:
         """Called once by the trainer before training. ``services.logprobs(batch, rows)`` gives the current policy's
         log-probs ``(len(rows), W)`` without gradients (counted in the run's FLOPs); ``services.generate(prompts, n,
         max_new_tokens=, temperature=, seed=)`` samples extra rollouts from text or token-id prompts (continuations
-        from a prefix; counted in FLOPs and ``extra_tokens``); ``services.tokenizer`` is the policy's tokenizer;
-        ``services.cfg`` is the run's config. Components that need none of them ignore it."""
+        from a prefix; counted in FLOPs and ``extra_tokens``); ``services.context_logprobs(batch, prompt_ids, rows)``
+        gives the rows' response log-probs under other prompts (a hint, feedback), without gradients;
+        ``services.prompt_text(messages)`` renders chat messages with the policy's template; ``services.tokenizer`` is
+        the policy's tokenizer; ``services.cfg`` is the run's config. Components that need none of them ignore it.
+        A Loss with ``teacher_prompt_ids(batch, rows)`` is called with ``context=`` the rows' statistics under those
+        prompts as well (``agents.grpo.distill.ContextStats``: the teacher's token log-probs and divergences)."""
 
     def metrics(self) -> dict[str, float]:
         """Numbers for this step's train record (written as ``<stage>.<key>``); read after ``observe``."""

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[2]
 # method files they import): adding or changing one method must not retrain every other method's runs.
 CODE_PATHS = ("agents/grpo/trainer.py", "agents/grpo/batch.py", "agents/grpo/logprobs.py", "agents/grpo/registry.py",
               "agents/grpo/flops.py", "agents/grpo/history.py", "agents/grpo/segments.py", "agents/grpo/rows.py",
-              "agents/grpo/config.py", "agents/grpo/checkpoint.py", "agents/grpo/baselines.py", "agents/policy",
+              "agents/grpo/distill.py", "agents/grpo/config.py", "agents/grpo/checkpoint.py", "agents/grpo/baselines.py", "agents/policy",
               "rlvr_envs/core.py", "rlvr_envs/extract.py", "rlvr_envs/modes.py", "rlvr_envs/tasks", "rlvr_envs/verifiers")
 # Fields that do not change what a run computes.
 _NOT_KEYED = frozenset({"out_dir", "progress", "plot", "description", "checkpoint_every", "keep_checkpoints"})

@@ -25,6 +25,7 @@ import torch
 from agents.grpo import checkpoint
 from agents.grpo.batch import GroupBatch, Sample, group_std
 from agents.grpo.config import TrainConfig
+from agents.grpo.distill import ContextStats, context_stats
 from agents.grpo.flops import FlopModel
 from agents.grpo.logprobs import response_logprobs
 from agents.grpo.metrics import MetricsLog, plot_curves
@@ -145,7 +146,8 @@ class Trainer:
                                            fused=params[0].device.type in ("cpu", "cuda"))
         self.components = {stage: _build_component(stage, cfg) for stage in STAGES}
         services = SimpleNamespace(cfg=cfg, logprobs=self.current_logprobs, generate=self.extra_generate,
-                                   tokenizer=self.tokenizer)
+                                   tokenizer=self.tokenizer, prompt_text=self.policy.prompt_text,
+                                   context_logprobs=self.context_logprobs)
         for c in self.components.values():
             c.bind(services)
         self.ref_model = None
@@ -175,7 +177,7 @@ class Trainer:
             if rewrite is not None:
                 prompt = rewrite(prompt, info, step)
             groups[gid] = {"task_id": info["task_id"], "prompt": prompt, "index": int(index),
-                           "metadata": info["metadata"]}
+                           "metadata": info["metadata"], "messages": info["messages"]}
         return groups
 
     def _generate(self, requests: dict[str, int], groups: dict[str, dict[str, Any]], seed: int) -> GroupBatch:
@@ -214,8 +216,9 @@ class Trainer:
                     info={"task_id": groups[gid]["task_id"], "index": groups[gid]["index"],
                           "parsed_answer": info.get("parsed_answer"),
                           "format_ok": info.get("format_ok"), "answer": info.get("answer"),
-                          # what components that read the task need (Countdown's numbers and target, a reference)
-                          "metadata": groups[gid]["metadata"]}))
+                          # what components that read the task need (Countdown's numbers and target, a reference;
+                          # the chat messages, for a loss that renders a privileged context of the same prompt)
+                          "metadata": groups[gid]["metadata"], "messages": groups[gid]["messages"]}))
             # Engines report log-probs of softmax(logits / T) (T = 1 when greedy); training takes the same T.
             part = GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer,
                                            temperature=sampling.temperature or 1.0)
@@ -309,6 +312,39 @@ class Trainer:
         rows = list(range(len(batch))) if rows is None else list(rows)
         return self._no_grad_stats(self.model, batch, rows)[0][rows]
 
+    def context_logprobs(self, batch: GroupBatch, prompt_ids: list[list[int]], rows: list[int] | None = None
+                         ) -> torch.Tensor:
+        """Log-probs ``(len(rows), W)`` of ``rows``' response tokens under other prompts (``prompt_ids``, one per row:
+        a hint, feedback), current policy, no gradients (a service; counted in the run's FLOPs)."""
+        rows = list(range(len(batch))) if rows is None else list(rows)
+        if len(prompt_ids) != len(rows):
+            raise ValueError(f"context_logprobs: {len(prompt_ids)} prompts for {len(rows)} rows")
+        self.flops["training"] += self.flop_model.training(
+            [len(p) for p in prompt_ids], [len(batch.response_ids[i]) for i in rows], passes=0, no_grad_passes=1)
+        out = torch.zeros(len(rows), batch.response_mask.shape[1])
+        with torch.no_grad():
+            for start in range(0, len(rows), self.cfg.micro_batch):
+                part = list(range(start, min(len(rows), start + self.cfg.micro_batch)))
+                lp, _ = response_logprobs(self.model, [prompt_ids[k] for k in part],
+                                          [batch.response_ids[rows[k]] for k in part], chunk=self.cfg.logprob_chunk,
+                                          pad_id=self.pad_id, autocast_bf16=self.autocast_bf16,
+                                          temperature=batch.temperature)
+                out[part, : lp.shape[1]] = lp.float()
+        return out
+
+    def _context_stats(self, batch: GroupBatch, rows: list[int], teacher: list[list[int]], loss_fn: Any
+                       ) -> ContextStats:
+        """Student statistics of ``rows`` with gradients, and the teacher's under ``teacher`` prompts (a loss that
+        distills from the policy reading a privileged context: ``loss.teacher_prompt_ids``)."""
+        if len(teacher) != len(rows):
+            raise ValueError(f"{loss_fn.name}: teacher_prompt_ids gave {len(teacher)} prompts for {len(rows)} rows")
+        self.flops["training"] += self.flop_model.training(
+            [len(p) for p in teacher], [len(batch.response_ids[i]) for i in rows], passes=0, no_grad_passes=1)
+        return context_stats(self.model, [batch.prompt_ids[i] for i in rows], teacher,
+                             [batch.response_ids[i] for i in rows], divergence=getattr(loss_fn, "divergence", "none"),
+                             beta=getattr(loss_fn, "beta", 0.5), temperature=batch.temperature,
+                             chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16)
+
     def extra_generate(self, prompts: list[str] | list[list[int]], n: int, *, max_new_tokens: int | None = None,
                        temperature: float | None = None, seed: int = 0) -> list[Any]:
         """Rollouts a component asks for beside the step's own (a service: Monte-Carlo continuations from a prefix
@@ -334,6 +370,8 @@ class Trainer:
         totals: dict[str, float] = defaultdict(float)
         ent_sum = 0.0
         params = [p for p in self.model.parameters() if p.requires_grad]
+        # a distillation loss names the teacher's prompt for each row; it then reads both contexts' statistics
+        teacher_prompts = getattr(loss_fn, "teacher_prompt_ids", None)
         self.flops["training"] += self.flop_model.training(
             [len(p) for p in batch.prompt_ids], [len(r) for r in batch.response_ids], passes=cfg.ppo_epochs)
         for _ in range(cfg.ppo_epochs):
@@ -341,8 +379,13 @@ class Trainer:
             loss_total = 0.0
             for start in range(0, len(batch), cfg.micro_batch):
                 rows = list(range(start, min(len(batch), start + cfg.micro_batch)))
-                lp, ent = self._logprobs(self.model, batch, rows)
-                loss, m = loss_fn(batch, lp.float(), rows)
+                if teacher_prompts is None:
+                    lp, ent = self._logprobs(self.model, batch, rows)
+                    loss, m = loss_fn(batch, lp.float(), rows)
+                else:
+                    stats = self._context_stats(batch, rows, teacher_prompts(batch, rows), loss_fn)
+                    lp, ent = stats.logprobs, stats.entropies
+                    loss, m = loss_fn(batch, lp.float(), rows, context=stats)
                 loss.backward()
                 loss_total += float(loss.detach())
                 for k, v in m.items():
