@@ -135,3 +135,66 @@ def test_one_step_on_the_opsd_loss_moves_the_student_toward_its_privileged_view(
     with torch.no_grad():
         after = float(mean_div())
     assert after < before * 0.99, (before, after)
+
+
+# -- RLCSD and DistIL ------------------------------------------------------------------------------------------------
+class _Tok:
+    def __call__(self, text, add_special_tokens=False):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def _hinted_batch(groups: int = 3, per_group: int = 2) -> GroupBatch:
+    samples = []
+    for g in range(groups):
+        for k in range(per_group):
+            samples.append(Sample(group_id=f"g{g}", prompt="q", prompt_ids=[1], response_ids=[5, 6, 7][: 2 + k % 2],
+                                  text="x", reward=float(k % 2), correct=bool(k % 2),
+                                  info={"task_id": f"t{g}", "answer": str(10 + g), "parsed_answer": "3",
+                                        "messages": [{"role": "user", "content": f"Q{g}"}], "metadata": {}}))
+    return GroupBatch.from_samples(samples)
+
+
+def test_rlcsd_adds_the_clipped_contrast_of_the_right_and_wrong_hint_to_grpo():
+    from types import SimpleNamespace
+
+    seen = []
+
+    def context_logprobs(batch, prompt_ids, rows):
+        texts = ["".join(map(chr, p)) for p in prompt_ids]
+        seen.append(texts)
+        # log-prob of every token = the hinted answer's number / 10 (so right - wrong is known per row)
+        vals = torch.tensor([float(t.rsplit("The answer is ", 1)[1].rstrip(".")) / 10 for t in texts])
+        return vals[:, None].expand(len(rows), batch.response_mask.shape[1]).clone()
+
+    services = SimpleNamespace(prompt_text=lambda m: m[-1]["content"], tokenizer=_Tok(),
+                               context_logprobs=context_logprobs)
+    batch = _hinted_batch()
+    adv = build("advantage", "rlcsd", {"lam": 0.5, "clip": 0.15})
+    adv.bind(services)
+    out = adv(batch)
+    grpo = build("advantage", "grpo", {})(batch)
+    # row of group g: right hint answer 10 + g, wrong hint the next group's (cyclic): s = -0.1, -0.1, +0.2 -> clip 0.15
+    s = torch.tensor([-0.1, -0.1, -0.1, -0.1, 0.15, 0.15])
+    want = (grpo[:, None] + 0.5 * s[:, None]) * batch.response_mask
+    torch.testing.assert_close(out, want.float(), atol=1e-6, rtol=0)
+    assert seen[0][0] == "Q0\n\nA verified solution:\nThe answer is 10." and seen[1][0].endswith("is 11.")
+    metrics = adv.metrics()
+    assert metrics["clipped"] == pytest.approx(5 / 15)  # group 2: its rows have 2 + 3 of the 15 tokens
+    one = _hinted_batch(groups=1)
+    torch.testing.assert_close(adv(one), (build("advantage", "grpo", {})(one)[:, None] * one.response_mask).float())
+    with pytest.raises(ValueError, match="lam"):
+        build("advantage", "rlcsd", {"lam": -1})
+
+
+def test_distil_expert_reads_feedback_on_the_rows_own_attempt_and_trains_forward_ce():
+    from types import SimpleNamespace
+
+    loss_fn = build("loss", "distil", {})
+    assert loss_fn.divergence == "forward_ce"
+    loss_fn.bind(SimpleNamespace(prompt_text=lambda m: m[-1]["content"], tokenizer=_Tok()))
+    batch = _hinted_batch(groups=1)
+    texts = ["".join(map(chr, p)) for p in loss_fn.teacher_prompt_ids(batch, [0, 1])]
+    assert "answer 3 is incorrect" in texts[0] and "answer 3 is correct" in texts[1]
+    assert texts[0].startswith("Q0\n\nFeedback") and texts[0].endswith("The answer is 10.")
+    with pytest.raises(ValueError, match="verdict"):
+        build("loss", "distil", {"feedback": "{solution}"})

@@ -39,6 +39,8 @@ CASES = {
     "paft": ({"loss": "paft"}, {"loss": {"q": 0.75}}, {}),
     "opsd": ({"loss": "opsd"}, {"loss": {"beta": 0.5}}, {}),
     "dash_opsd": ({"loss": "dash_opsd"}, {"loss": {"gamma": 0.9, "rl_coef": 0.5}}, {}),
+    "distil": ({"loss": "distil"}, {}, {}),
+    "rlcsd": ({"advantage": "rlcsd"}, {"advantage": {"lam": 0.5}}, {}),
     "modes": ({"generation_controller": "mode_caps", "reward_shaper": "mode_reward"},
               {"generation_controller": {"modes": MODES_TOY}, "reward_shaper": {"modes": MODES_TOY}},
               {"max_new_tokens": 6}),
@@ -52,6 +54,7 @@ METRIC = {"saturation_skip": "prompt_selector.skipped", "signal_budget": "rollou
           "graphpo": "advantage.step_rows", "dre": "group_transform.edits", "rredcot": "advantage.scoring_sequences",
           "mc_step": "advantage.continuations", "garl": "loss.raw_scale_mean", "paft": "loss.p_hat_mean",
           "opsd": "loss.divergence", "dash_opsd": "loss.teacher_lp_gap",
+          "distil": "loss.divergence", "rlcsd": "advantage.signal_abs",
           "modes": "generation_controller.share_nothink"}
 
 
