@@ -41,6 +41,7 @@ CASES = {
     "dash_opsd": ({"loss": "dash_opsd"}, {"loss": {"gamma": 0.9, "rl_coef": 0.5}}, {}),
     "distil": ({"loss": "distil"}, {}, {}),
     "rlcsd": ({"advantage": "rlcsd"}, {"advantage": {"lam": 0.5}}, {}),
+    "pivot_trace": ({"reward_shaper": "pivot_trace"}, {"reward_shaper": {"pseudo_frac": 0.34, "skip_frac": 0.34}}, {}),
     "modes": ({"generation_controller": "mode_caps", "reward_shaper": "mode_reward"},
               {"generation_controller": {"modes": MODES_TOY}, "reward_shaper": {"modes": MODES_TOY}},
               {"max_new_tokens": 6}),
@@ -55,6 +56,7 @@ METRIC = {"saturation_skip": "prompt_selector.skipped", "signal_budget": "rollou
           "mc_step": "advantage.continuations", "garl": "loss.raw_scale_mean", "paft": "loss.p_hat_mean",
           "opsd": "loss.divergence", "dash_opsd": "loss.teacher_lp_gap",
           "distil": "loss.divergence", "rlcsd": "advantage.signal_abs",
+          "pivot_trace": "reward_shaper.labels_used",
           "modes": "generation_controller.share_nothink"}
 
 
