@@ -92,3 +92,15 @@ def first_token_scorer(task: Task, response: str) -> Verdict:
 def make_env(n_tasks: int = 4) -> TextEnv:
     tasks = [Task(id=f"toy-{k}", question=f"p{k % 4}", answer=f"t{k % 4}") for k in range(n_tasks)]
     return TextEnv(ListSource(tasks, name="toy"), first_token_scorer)
+
+
+def federated_toy_trainer(cfg):
+    """A federated client's trainer on the toy task (``trainer_factory="grpo_toys:federated_toy_trainer"``): the toy
+    policy and engine, and the toy tasks listed in ``cfg.env_kwargs["ks"]`` (a client's task family)."""
+    from agents.grpo.trainer import Trainer
+
+    ks = list(cfg.env_kwargs.get("ks", range(4)))
+    tasks = [Task(id=f"toy-{k}", question=f"p{k % 4}", answer=f"t{k % 4}") for k in ks]
+    env = TextEnv(ListSource(tasks, name="toy"), first_token_scorer)
+    policy = make_policy()
+    return Trainer(cfg, policy=policy, engine=ToyEngine(policy), env=env, eval_env=env)

@@ -145,11 +145,11 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas),
                                            fused=params[0].device.type in ("cpu", "cuda"))
         self.components = {stage: _build_component(stage, cfg) for stage in STAGES}
-        services = SimpleNamespace(cfg=cfg, logprobs=self.current_logprobs, generate=self.extra_generate,
-                                   tokenizer=self.tokenizer, prompt_text=self.policy.prompt_text,
-                                   context_logprobs=self.context_logprobs)
+        self.services = SimpleNamespace(cfg=cfg, logprobs=self.current_logprobs, generate=self.extra_generate,
+                                        tokenizer=self.tokenizer, prompt_text=self.policy.prompt_text,
+                                        context_logprobs=self.context_logprobs)
         for c in self.components.values():
-            c.bind(services)
+            c.bind(self.services)
         self.ref_model = None
         if cfg.kl_reference or getattr(self.components["loss"], "kl_coef", 0.0):  # a KL term needs a reference
             self.ref_model = copy.deepcopy(self.model).eval()
@@ -502,6 +502,13 @@ class Trainer:
 
     # -- the loop --------------------------------------------------------------------------------------------------
     def train_step(self) -> dict[str, Any]:
+        # A federating aggregator (FGRPO) runs the step as a round of its clients: they generate and train; this run
+        # holds the server's weights, optimizer, evals and checkpoints.
+        federated_step = getattr(self.components["aggregator"], "federated_step", None)
+        if federated_step is not None:
+            record = federated_step(self)
+            record.update({f"aggregator.{k}": v for k, v in self.components["aggregator"].metrics().items()})
+            return record
         t0 = time.perf_counter()
         batch, gen = self.collect()
         t_gen = time.perf_counter() - t0
