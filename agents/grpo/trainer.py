@@ -410,11 +410,12 @@ class Trainer:
         if n == 0:
             return {}
         t0 = time.perf_counter()
-        prompts, task_ids = [], []
+        prompts, task_ids, messages = [], [], []
         for i in range(n):
             _, info = self.eval_env.reset(options={"index": i})
             prompts.append(self.policy.prompt_text(info["messages"]))
             task_ids.append(info["task_id"])
+            messages.append(info["messages"])
         k = self.cfg.eval_samples
         sampling = make_sampling(temperature=self.cfg.eval_temperature,
                                  max_new_tokens=self.cfg.eval_max_new_tokens or self.cfg.max_new_tokens,
@@ -423,7 +424,11 @@ class Trainer:
         # its ``generate_eval`` hook, so that held-out lengths and verdicts are those of the policy as it is deployed;
         # training-only controllers (aborts, hints) never touch the eval.
         controlled = getattr(self.components["generation_controller"], "generate_eval", None)
-        if controlled is not None:
+        # several policies deployed together (Agon's cascade) answer the eval as they are deployed, too
+        cascade = getattr(self.components["orchestrator"], "generate_eval", None)
+        if cascade is not None:
+            rollouts = cascade(self, prompts, messages, k, sampling)
+        elif controlled is not None:
             rollouts = controlled(self.engine, prompts, k, sampling)
         else:
             rollouts = self.engine.generate(prompts, k, sampling)
@@ -504,11 +509,13 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         # A federating aggregator (FGRPO) runs the step as a round of its clients: they generate and train; this run
         # holds the server's weights, optimizer, evals and checkpoints.
-        federated_step = getattr(self.components["aggregator"], "federated_step", None)
-        if federated_step is not None:
-            record = federated_step(self)
-            record.update({f"aggregator.{k}": v for k, v in self.components["aggregator"].metrics().items()})
-            return record
+        # An orchestrator of several policies (Agon) runs the step itself the same way: this run holds the first policy.
+        for stage, hook in (("aggregator", "federated_step"), ("orchestrator", "orchestrated_step")):
+            run_step = getattr(self.components[stage], hook, None)
+            if run_step is not None:
+                record = run_step(self)
+                record.update({f"{stage}.{k}": v for k, v in self.components[stage].metrics().items()})
+                return record
         t0 = time.perf_counter()
         batch, gen = self.collect()
         t_gen = time.perf_counter() - t0

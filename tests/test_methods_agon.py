@@ -1,0 +1,75 @@
+"""Agon (agents/methods/agon.py): rewards, alternating roles, both policies trained, the cascade eval and agent,
+exact resume with the partner's weights in the checkpoint."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_grpo_trainer import strip, trainer
+
+from agents.grpo.registry import build
+from agents.methods.agon import CascadeAgent, agon_rewards, with_draft
+
+
+def agon_trainer(out, steps: int = 4):
+    return trainer(out, steps=steps, stages={"orchestrator": "agon"}, checkpoint_every=1, eval_size=4, eval_every=2,
+                   params={"rollout_allocator": {"n": 4},
+                           "orchestrator": {"beta": 0.5, "trainer_factory": "grpo_toys:federated_toy_trainer"}})
+
+
+def weights(model) -> torch.Tensor:
+    return torch.cat([p.detach().flatten() for p in model.parameters()]).clone()
+
+
+def test_rewards_golden():
+    d, s = torch.tensor([True, True, False, False]), torch.tensor([True, False, True, False])
+    r_d, r_s = agon_rewards(d, s, 0.5)
+    torch.testing.assert_close(r_d, torch.tensor([1.0, 1.5, -0.5, 0.0]))
+    torch.testing.assert_close(r_s, torch.tensor([1.0, -0.5, 1.5, 0.0]))
+    with pytest.raises(ValueError, match="beta"):
+        build("orchestrator", "agon", {"beta": 1.0})
+    with pytest.raises(ValueError, match="draft"):
+        build("orchestrator", "agon", {"draft_template": "no slot"})
+    assert with_draft([{"role": "user", "content": "Q"}], "d", "|{draft}")[0]["content"] == "Q|d"
+
+
+def test_roles_alternate_and_both_policies_learn(tmp_path):
+    tr = agon_trainer(tmp_path / "a")
+    main_before = weights(tr.model)
+    records = tr.run(resume=False)
+    train = [r for r in records if r["kind"] == "train"]
+    assert [r["orchestrator.drafter_is_main"] for r in train] == [1.0, 0.0, 1.0, 0.0]
+    assert all(r["rollouts"] == 2 * 4 * 4 for r in train)  # drafts + answers: 4 prompts x 4 each
+    partner = tr.components["orchestrator"].partner
+    assert not torch.equal(main_before, weights(tr.model))
+    assert not torch.equal(weights(partner.model), weights(tr.model))
+    assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 2, 4]
+
+
+def test_resumed_run_equals_the_uninterrupted_one(tmp_path):
+    whole = strip(agon_trainer(tmp_path / "whole").run(resume=False))
+    agon_trainer(tmp_path / "cut").run(resume=False, stop_after=3)
+    resumed = strip(agon_trainer(tmp_path / "cut").run(resume=True))
+    assert resumed == whole
+
+
+class EchoAgent:
+    def __init__(self, tag):
+        self.tag, self.seen = tag, []
+
+    def act(self, observations, infos):
+        self.seen.append([i["messages"][-1]["content"] for i in infos])
+        return [f"{self.tag}:{o}" for o in observations]
+
+    def describe(self):
+        return {"model": self.tag}
+
+
+def test_cascade_agent_shows_the_draft_to_the_solver():
+    drafter, solver = EchoAgent("A"), EchoAgent("B")
+    agent = CascadeAgent(drafter, solver, template=" [draft: {draft}]")
+    out = agent.act(["q1", "q2"], [{"messages": [{"role": "user", "content": "q1"}]},
+                                   {"messages": [{"role": "user", "content": "q2"}]}])
+    assert out == ["B:q1", "B:q2"] and agent.last_drafts == ["A:q1", "A:q2"]
+    assert solver.seen == [["q1 [draft: A:q1]", "q2 [draft: A:q2]"]] and drafter.seen == [["q1", "q2"]]
+    assert agent.describe()["model"] == "cascade: A drafts -> B answers"
