@@ -73,3 +73,18 @@ def test_cascade_agent_shows_the_draft_to_the_solver():
     assert out == ["B:q1", "B:q2"] and agent.last_drafts == ["A:q1", "A:q2"]
     assert solver.seen == [["q1 [draft: A:q1]", "q2 [draft: A:q2]"]] and drafter.seen == [["q1", "q2"]]
     assert agent.describe()["model"] == "cascade: A drafts -> B answers"
+
+
+def test_a_finished_agon_run_publishes_its_cascade_as_one_board_entry(tmp_path):
+    from agents.grpo.config import load_recipe
+    from agents.grpo.publish import publish_run
+    from agents.grpo.regression import QUICK_OVERRIDES
+    from agents.grpo.trainer import Trainer
+
+    cfg = load_recipe("agon", [*QUICK_OVERRIDES, "progress=false", "plot=false", f"out_dir={tmp_path / 'run'}"],
+                      lane="micro")
+    Trainer(cfg).run(resume=False)
+    entry = publish_run(tmp_path / "run", boards_dir=tmp_path / "boards", board="lane-agon-test",
+                        results_dir=tmp_path / "results")
+    assert entry["model"].startswith("cascade: tiny + agon (seed 0) drafts -> ") and "answers" in entry["model"]
+    assert entry["n_tasks"] == cfg.eval_size and entry["training"]["weights_hash"] == entry["weights_hash"]

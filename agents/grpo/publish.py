@@ -261,6 +261,10 @@ def publish_run(run_dir: str | os.PathLike, *, boards_dir: str | os.PathLike | N
                               max_new_tokens=cfg.eval_max_new_tokens or cfg.max_new_tokens)
     # the hf engine at the run's decoding precision, whatever engine trained it: one decoder for every method
     agent = PolicyAgent(policy, make_engine(policy, "hf", precision=cfg.precision), sampling)
+    if (cfg.stages or {}).get("orchestrator") == "agon":  # two policies deployed as one: the cascade is the entry
+        from agents.methods.agon import published_cascade
+
+        agent, policy = published_cascade(cfg, state, agent, sampling)
     out_dir = Path(results_dir) if results_dir is not None else run_dir / "published"
     out = out_dir / f"{board}-{method}-s{cfg.seed}.json"
     if out.is_file() and f" of {run_dir.name} on " not in _evaluated_source(out):

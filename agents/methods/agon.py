@@ -75,9 +75,43 @@ class CascadeAgent:
         return answers
 
     def describe(self) -> dict[str, Any]:
-        return {"class": f"{CascadeAgent.__module__}.{CascadeAgent.__qualname__}", "model": (
-            f"cascade: {self.drafter.describe().get('model')} drafts -> {self.solver.describe().get('model')} answers"),
-            "drafter": self.drafter.describe(), "solver": self.solver.describe(), "draft_template": self.template}
+        d, s = self.drafter.describe(), self.solver.describe()
+        return {"class": f"{CascadeAgent.__module__}.{CascadeAgent.__qualname__}",
+                "model": f"cascade: {d.get('model')} drafts -> {s.get('model')} answers",
+                "weights_hash": getattr(self, "weights_hash", None), "n_params": getattr(self, "n_params", None),
+                "source": d.get("source", ""), "sampling": s.get("sampling"), "drafter": d, "solver": s,
+                "draft_template": self.template}
+
+
+def published_cascade(cfg: Any, state: Mapping[str, Any], drafter: Any, sampling: Any) -> tuple[CascadeAgent, Any]:
+    """The cascade of a finished Agon run for the harness: ``drafter`` (the run's policy behind a PolicyAgent) drafts,
+    the partner (its base model with the checkpoint's partner weights) answers. Returns the agent and a policy record
+    for the board's training block whose ``weights_hash`` covers both models (the pair is one entry)."""
+    import dataclasses
+    import hashlib
+
+    from agents.policy import PolicyAgent, make_engine
+    from agents.policy.models import Policy, load_policy, weights_hash
+
+    params = (cfg.params.get("orchestrator") or {})
+    partner_state = (state.get("components") or {}).get("orchestrator") or {}
+    if "model" not in partner_state:
+        raise ValueError("agon: the checkpoint holds no partner weights (the run never trained a step)")
+    base = load_policy(params.get("partner_model") or cfg.model, dtype=cfg.dtype, seed=int(cfg.seed) + 7919)
+    named = dict(base.model.named_parameters())
+    with torch.no_grad():
+        for k, v in partner_state["model"].items():
+            named[k].copy_(v.to(named[k].dtype))
+    base.model.eval()
+    partner = Policy(base.model, base.tokenizer, f"{base.name} (agon partner, seed {cfg.seed})",
+                     weights_hash(base.model), source=f"trained partner of {drafter.policy.source}", info=dict(base.info))
+    solver = PolicyAgent(partner, make_engine(partner, "hf", precision=cfg.precision), sampling)
+    agent = CascadeAgent(drafter, solver, template=params.get("draft_template", DRAFT_TEMPLATE))
+    pair_hash = hashlib.sha256(f"{drafter.policy.weights_hash}|{partner.weights_hash}".encode()).hexdigest()
+    record = dataclasses.replace(drafter.policy, name=agent.describe()["model"], weights_hash=pair_hash, info={
+        **drafter.policy.info, "n_trainable": int(drafter.policy.info.get("n_trainable", 0)) * 2})
+    agent.weights_hash, agent.n_params = pair_hash, drafter.policy.n_params + partner.n_params
+    return agent, record
 
 
 @register("agon", stage="orchestrator")
