@@ -184,5 +184,10 @@ declare(Comparison(
           "here budget_fraction = 0.5 of the first step's full-budget tokens"))
 declare(Comparison(
     method="duet", baseline="grpo", metric="final_accuracy", direction="higher", lane="smollm2", seeds=(0, 1),
+    known_result=(
+        "smollm2 lane (20 steps), seeds 0-1 (commit 513c5c8 runs): with 54-55% of GRPO's response tokens (10,750 / "
+        "11,950 vs 19,964 / 21,657) and 51-69% of its rollouts, final greedy accuracy 0.365 vs 0.390, diff -0.025 "
+        "[95% paired bootstrap -0.065, +0.015]: not above (per seed -0.015, -0.035); at equal FLOPs (DUET's total) "
+        "0.365 vs 0.360; +0.10 over the start reached with 5,830 vs 12,929 tokens (mean of seeds)"),
     claim="DUET with 50% of full-budget GRPO's tokens beats full-budget GRPO, on the real-model lane (SmolLM2-135M, "
           "greedy held-out accuracy)"))
