@@ -211,8 +211,8 @@ def test_bad_hyper_parameters_raise_naming_the_key():
         build("reward_shaper", "mode_reward", {"no_marker": "sometimes"})
     from agents.policy.micro import micro_tokenizer
 
-    c = build("generation_controller", "mode_caps", {"modes": {"nothink": {"cap": 8}}})
-    with pytest.raises(ValueError, match="modes.nothink.cap"):  # "/nothink" is 8 micro tokens: no room left
+    c = build("generation_controller", "mode_caps", {"modes": {"nothink": {"cap": 2}}})
+    with pytest.raises(ValueError, match="modes.nothink.cap"):  # "/nothink" is 2 micro tokens ("/", "nothink"): no room
         c.bind(SimpleNamespace(cfg=cfg(), tokenizer=micro_tokenizer()))
 
 
