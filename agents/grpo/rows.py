@@ -1,4 +1,5 @@
-"""What a row's ``info`` says about its task, for components that read the task (step credit, trace editing).
+"""What a row's ``info`` says about its task, for components that read the task (step credit, trace editing), and
+how a component shows the policy more context than the task's prompt (a solution, feedback, a rival's draft).
 
 The trainer puts the task's metadata in every row's info (``info["metadata"]``); these helpers read it defensively,
 since a component must never crash on a task of another kind or on a malformed record.
@@ -24,3 +25,14 @@ def countdown_task(info: Any) -> tuple[list[int], int] | None:
     if not 1 <= len(numbers) <= MAX_COUNTDOWN_NUMBERS or min(numbers) < 0:
         return None
     return numbers, target
+
+
+def with_user_suffix(messages: Any, suffix: str) -> list[dict[str, str]]:
+    """A copy of a row's chat ``messages`` with ``suffix`` appended to the last user message (the privileged or
+    shared context a component adds); ValueError when there is no user message."""
+    out = [dict(m) for m in (messages or [])]
+    users = [i for i, m in enumerate(out) if m.get("role") == "user"]
+    if not users:
+        raise ValueError("the prompt has no user message to add context to")
+    out[users[-1]]["content"] = out[users[-1]]["content"] + suffix
+    return out

@@ -36,17 +36,14 @@ import torch
 from agents.grpo.batch import GroupBatch
 from agents.grpo.comparisons import Comparison, declare
 from agents.grpo.registry import Component, register
+from agents.grpo.rows import with_user_suffix
 
 DRAFT_TEMPLATE = "\n\nA draft solution from another model:\n{draft}\n"
 
 
 def with_draft(messages: Sequence[Mapping[str, str]], draft: str, template: str = DRAFT_TEMPLATE) -> list[dict]:
-    out = [dict(m) for m in messages]
-    users = [i for i, m in enumerate(out) if m.get("role") == "user"]
-    if not users:
-        raise ValueError("agon: the prompt has no user message to show the draft in")
-    out[users[-1]]["content"] = out[users[-1]]["content"] + template.format(draft=draft)
-    return out
+    """The solver's messages: ``template.format(draft=...)`` appended to the last user message."""
+    return with_user_suffix(messages, template.format(draft=draft))
 
 
 def agon_rewards(drafter_correct: torch.Tensor, solver_correct: torch.Tensor, beta: float

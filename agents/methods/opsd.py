@@ -42,6 +42,7 @@ from agents.grpo.batch import GroupBatch
 from agents.grpo.comparisons import Comparison, declare
 from agents.grpo.distill import ContextStats, check_divergence
 from agents.grpo.registry import register
+from agents.grpo.rows import with_user_suffix
 
 DEFAULT_TEMPLATE = "\n\nA verified solution:\n{solution}"
 
@@ -65,12 +66,7 @@ def reference_solution(info: dict[str, Any]) -> str:
 def privileged_messages(messages: Sequence[dict[str, str]], solution: str, template: str = DEFAULT_TEMPLATE
                         ) -> list[dict[str, str]]:
     """``messages`` with ``template.format(solution=...)`` appended to the last user message."""
-    out = [dict(m) for m in messages]
-    users = [i for i, m in enumerate(out) if m.get("role") == "user"]
-    if not users:
-        raise ValueError("the prompt has no user message to add the privileged context to")
-    out[users[-1]]["content"] = out[users[-1]]["content"] + template.format(solution=solution)
-    return out
+    return with_user_suffix(messages, template.format(solution=solution))
 
 
 @register("opsd", stage="loss")
