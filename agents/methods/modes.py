@@ -249,6 +249,10 @@ declare(Comparison(
           "vs 0.796; read: mean final accuracy within 0.05). Here the baseline is GRPO on the same modes env (same "
           "prompt and caps in scoring, flat pay)"))
 
+# Measured (commit c009196 runs, seeds 0-2, `python -m agents.grpo.regression -k modes_vs_grpo`): final held-out
+# length 13.99 vs 15.58 tokens, -1.59 [95% -3.03, -0.15] (-10%, the paper -41%) at mean@4 0.365 vs 0.360: reproduced.
+# At the end 82-89% of the method's rollouts chose /nothink (from ~56% at the warm start); GRPO on flat pay also
+# shortened (19.8 -> 15.5), so the difference is the weights' and caps' share of it.
 # The micro lane with the mode-trace warm start (agents/policy/micro.py, mode_traces=1: every warm-start response
 # begins with /nothink, /short or /long, drawn uniformly and independently of the task, so RL starts with no
 # preference among modes). Prompt = the bare question (no instruction: the policy already writes markers). Caps in
