@@ -290,20 +290,31 @@ class Trainer:
                                  chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16,
                                  temperature=batch.temperature)
 
+    def _no_grad_pass(self, model: torch.nn.Module, prompt_ids: list[list[int]], response_ids: list[list[int]],
+                      width: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(logprobs, entropies)`` ``(len(prompt_ids), width)`` of each response after its prompt, no gradients, in
+        micro-batches; counted in the run's training FLOPs as one forward pass."""
+        self.flops["training"] += self.flop_model.training(
+            [len(p) for p in prompt_ids], [len(r) for r in response_ids], passes=0, no_grad_passes=1)
+        lp_out, ent_out = torch.zeros(len(prompt_ids), width), torch.zeros(len(prompt_ids), width)
+        with torch.no_grad():
+            for start in range(0, len(prompt_ids), self.cfg.micro_batch):
+                part = slice(start, start + self.cfg.micro_batch)
+                lp, ent = response_logprobs(model, prompt_ids[part], response_ids[part], chunk=self.cfg.logprob_chunk,
+                                            pad_id=self.pad_id, autocast_bf16=self.autocast_bf16,
+                                            temperature=temperature)
+                lp_out[part, : lp.shape[1]] = lp.float()
+                ent_out[part, : ent.shape[1]] = ent.float()
+        return lp_out, ent_out
+
     def _no_grad_stats(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int] | None = None
                        ) -> tuple[torch.Tensor, torch.Tensor]:
         """``(logprobs, entropies)`` (B, W) of ``rows`` (default: all) in micro-batches; other rows stay 0."""
         rows = list(range(len(batch))) if rows is None else rows
         lp_out, ent_out = torch.zeros_like(batch.behaviour_logprobs), torch.zeros_like(batch.entropies)
-        self.flops["training"] += self.flop_model.training(
-            [len(batch.prompt_ids[i]) for i in rows], [len(batch.response_ids[i]) for i in rows], passes=0,
-            no_grad_passes=1)
-        with torch.no_grad():
-            for start in range(0, len(rows), self.cfg.micro_batch):
-                part = rows[start:start + self.cfg.micro_batch]
-                lp, ent = self._logprobs(model, batch, part)
-                lp_out[part, : lp.shape[1]] = lp.float()
-                ent_out[part, : ent.shape[1]] = ent.float()
+        lp, ent = self._no_grad_pass(model, [batch.prompt_ids[i] for i in rows],
+                                     [batch.response_ids[i] for i in rows], lp_out.shape[1], batch.temperature)
+        lp_out[rows], ent_out[rows] = lp, ent
         return lp_out, ent_out
 
     def current_logprobs(self, batch: GroupBatch, rows: list[int] | None = None) -> torch.Tensor:
@@ -319,18 +330,8 @@ class Trainer:
         rows = list(range(len(batch))) if rows is None else list(rows)
         if len(prompt_ids) != len(rows):
             raise ValueError(f"context_logprobs: {len(prompt_ids)} prompts for {len(rows)} rows")
-        self.flops["training"] += self.flop_model.training(
-            [len(p) for p in prompt_ids], [len(batch.response_ids[i]) for i in rows], passes=0, no_grad_passes=1)
-        out = torch.zeros(len(rows), batch.response_mask.shape[1])
-        with torch.no_grad():
-            for start in range(0, len(rows), self.cfg.micro_batch):
-                part = list(range(start, min(len(rows), start + self.cfg.micro_batch)))
-                lp, _ = response_logprobs(self.model, [prompt_ids[k] for k in part],
-                                          [batch.response_ids[rows[k]] for k in part], chunk=self.cfg.logprob_chunk,
-                                          pad_id=self.pad_id, autocast_bf16=self.autocast_bf16,
-                                          temperature=batch.temperature)
-                out[part, : lp.shape[1]] = lp.float()
-        return out
+        return self._no_grad_pass(self.model, [list(p) for p in prompt_ids], [batch.response_ids[i] for i in rows],
+                                  batch.response_mask.shape[1], batch.temperature)[0]
 
     def _context_stats(self, batch: GroupBatch, rows: list[int], teacher: list[list[int]], loss_fn: Any
                        ) -> ContextStats:
@@ -371,7 +372,11 @@ class Trainer:
         ent_sum = 0.0
         params = [p for p in self.model.parameters() if p.requires_grad]
         # a distillation loss names the teacher's prompt for each row; it then reads both contexts' statistics
+        # (rendered once per update, not per micro-batch and epoch: rendering can run a solver)
         teacher_prompts = getattr(loss_fn, "teacher_prompt_ids", None)
+        teacher = None if teacher_prompts is None else teacher_prompts(batch, list(range(len(batch))))
+        if teacher is not None and len(teacher) != len(batch):
+            raise ValueError(f"{loss_fn.name}: teacher_prompt_ids gave {len(teacher)} prompts for {len(batch)} rows")
         self.flops["training"] += self.flop_model.training(
             [len(p) for p in batch.prompt_ids], [len(r) for r in batch.response_ids], passes=cfg.ppo_epochs)
         for _ in range(cfg.ppo_epochs):
@@ -379,11 +384,11 @@ class Trainer:
             loss_total = 0.0
             for start in range(0, len(batch), cfg.micro_batch):
                 rows = list(range(start, min(len(batch), start + cfg.micro_batch)))
-                if teacher_prompts is None:
+                if teacher is None:
                     lp, ent = self._logprobs(self.model, batch, rows)
                     loss, m = loss_fn(batch, lp.float(), rows)
                 else:
-                    stats = self._context_stats(batch, rows, teacher_prompts(batch, rows), loss_fn)
+                    stats = self._context_stats(batch, rows, [teacher[i] for i in rows], loss_fn)
                     lp, ent = stats.logprobs, stats.entropies
                     loss, m = loss_fn(batch, lp.float(), rows, context=stats)
                 loss.backward()
