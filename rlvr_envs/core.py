@@ -152,7 +152,8 @@ def step_single_turn(env: gym.Env, action: str) -> tuple[float, dict[str, Any]]:
         name = getattr(getattr(env, "spec", None), "id", None) or type(env.unwrapped).__name__
         raise NotImplementedError(
             f"{name}: the episode is still open after one response (a multi-turn env took it as a tool or search "
-            f"call); multi-turn training is not supported yet: use a single-turn env")
+            f"call); multi-turn training is not supported by one-response scoring: play whole episodes "
+            f"(rlvr_envs.harness.evaluate.run_episodes; the GRPO trainer does for multi-turn envs)")
     return float(reward), info
 
 

@@ -166,16 +166,20 @@ def multi_hop_env():
     return gym.make("rlvr/MultiHopSynth-v0", corpus_size=40, num_tasks=8)
 
 
-def test_multi_turn_envs_are_refused_in_training_and_in_eval(tmp_path):
-    """A search env answers a non-final response with reward 0 and terminated=False: single-turn scoring would train
-    and evaluate on those zeros, so both paths stop with an error naming the env."""
-    t = trainer(tmp_path / "train", env=multi_hop_env(), eval_size=0)
+def test_multi_turn_envs_train_and_evaluate_through_episodes(tmp_path):
+    """A search env answers a non-final response with reward 0 and terminated=False: one-response scoring would
+    train and evaluate on those zeros, so the trainer plays whole episodes there (agents/grpo/multiturn.py)."""
+    t = trainer(tmp_path / "train", env=multi_hop_env(), eval_env=multi_hop_env(), eval_size=2)
+    assert t.multiturn
+    # a chat rendering that keeps earlier turns (the toys' default shows only the last message, which no token-exact
+    # episode can continue: the agent refuses it)
+    t.policy.prompt_text = lambda messages: "".join(f"{m['role']}: {m['content']}\n" for m in messages)
     t.step = 1
-    with pytest.raises(NotImplementedError, match=r"rlvr/MultiHopSynth-v0.*multi-turn training is not supported"):
-        t.collect()
-    e = trainer(tmp_path / "eval", eval_env=multi_hop_env(), eval_size=2)
-    with pytest.raises(NotImplementedError, match=r"rlvr/MultiHopSynth-v0.*multi-turn training is not supported"):
-        e.evaluate()
+    batch, gen = t.collect()
+    assert batch is not None and gen["turns_per_episode"] >= 1 and "tool_use_rate" in gen
+    assert all(len(info["turns"]) >= 1 for info in batch.infos)
+    ev = t.evaluate()
+    assert ev["eval_n"] == 2 and "eval_calls_per_episode" in ev
 
 
 def test_mean_reward_rises_on_toy_task(tmp_path):

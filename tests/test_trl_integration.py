@@ -31,7 +31,7 @@ def test_reward_fn_refuses_a_response_that_leaves_a_multi_turn_episode_open():
     env_id, kwargs = "rlvr/MultiHopSynth-v0", {"corpus_size": 40, "num_tasks": 4}
     data = dataset(env_id, 2, conversational=False, env_kwargs=kwargs)
     f = reward_fn(env_id, env_kwargs=kwargs)
-    with pytest.raises(NotImplementedError, match=r"rlvr/MultiHopSynth-v0.*multi-turn training is not supported"):
+    with pytest.raises(NotImplementedError, match=r"rlvr/MultiHopSynth-v0.*multi-turn training is not supported by one-response"):
         f(prompts=data["prompt"], completions=["<search>capital</search>"] * 2, task_id=data["task_id"])
 
 

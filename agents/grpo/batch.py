@@ -2,8 +2,9 @@
 
 A group is every rollout of one prompt; groups are keyed by a group id and may have any size (VIGOR gives some prompts
 more rollouts than others). Per-token fields are right-padded to the longest response and masked by
-``response_mask``. Group statistics use ``group_index`` (an inverse index into the groups) and scatter ops, so no
-stage reshapes the batch to ``(n_groups, G)`` - that shape cannot express ragged groups.
+``response_mask`` (False on padding, and on the env's tokens inside a multi-turn episode). Group statistics use
+``group_index`` (an inverse index into the groups) and scatter ops, so no stage reshapes the batch to
+``(n_groups, G)`` - that shape cannot express ragged groups.
 """
 
 from __future__ import annotations
@@ -36,6 +37,9 @@ class Sample:
     entropies: Sequence[float] | None = None
     finish_reason: str = "stop"
     info: dict[str, Any] = field(default_factory=dict)
+    # per response token, True where the model sampled it; None = every token (a single-turn response). A multi-turn
+    # episode's env tokens are False: they stay out of the loss (response_mask) and their log-probs are 0.
+    token_mask: Sequence[bool] | None = None
 
 
 @dataclass
@@ -79,7 +83,12 @@ class GroupBatch:
         ent = torch.zeros(n, width)
         for i, s in enumerate(samples):
             k = len(s.response_ids)
-            mask[i, :k] = True
+            if s.token_mask is None:
+                mask[i, :k] = True
+            elif len(s.token_mask) != k:
+                raise ValueError(f"sample {i} (group {s.group_id}): {len(s.token_mask)} mask entries for {k} tokens")
+            else:
+                mask[i, :k] = torch.as_tensor([bool(m) for m in s.token_mask], dtype=torch.bool)
             for name, values, out in (("logprobs", s.logprobs, lp), ("entropies", s.entropies, ent)):
                 if values is None or len(values) == 0:  # unknown (an engine that cannot report them): 0
                     continue

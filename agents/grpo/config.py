@@ -79,6 +79,9 @@ class TrainConfig:
     dtype: str = "float32"
     progress: bool = True
     plot: bool = True  # curves.png at the end of the run
+    # multi-turn envs (agents/grpo/multiturn.py): warn when a step's share of episodes with any tool call or search
+    # falls below this (0 = never)
+    tool_use_warn_below: float = 0.05
     stages: dict[str, str] = field(default_factory=lambda: dict(DEFAULT_STAGES))
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
@@ -96,6 +99,8 @@ class TrainConfig:
         if self.eval_temperature < 0 or (self.eval_temperature == 0 and self.eval_samples > 1):
             raise ValueError(f"eval_samples={self.eval_samples} at eval_temperature={self.eval_temperature}: greedy "
                              "samples are all the same; use eval_samples=1 or a temperature > 0")
+        if not 0.0 <= self.tool_use_warn_below <= 1.0:
+            raise ValueError(f"tool_use_warn_below must be in [0, 1], got {self.tool_use_warn_below}")
         if self.flop_budget < 0 or self.train_pool < 0:
             raise ValueError(f"flop_budget and train_pool must be >= 0, got {self.flop_budget}, {self.train_pool}")
         for name, lo in (("steps", 0), ("eval_samples", 1), ("prompts_per_step", 1), ("max_new_tokens", 1), ("micro_batch", 1),

@@ -29,12 +29,23 @@ from agents.grpo.distill import ContextStats, context_stats
 from agents.grpo.flops import FlopModel
 from agents.grpo.logprobs import response_logprobs
 from agents.grpo.metrics import MetricsLog, plot_curves
+from agents.grpo.multiturn import (
+    ToolUseMonitor,
+    episode_samples,
+    episode_stats,
+    is_multiturn,
+    model_turn_lengths,
+    play,
+    remake,
+)
 from agents.grpo.registry import STAGES, Component, build, get
 from agents.policy.fastpath import resolve_precision
 from rlvr_envs.core import step_single_turn
+from rlvr_envs.harness.evaluate import EnvPool
 
 # Keys a resumed run may change: how long it runs and how it reports, not what it computes.
 RESUME_MAY_CHANGE = frozenset({"steps", "flop_budget", "out_dir", "progress", "plot", "eval_every", "checkpoint_every",
+                               "tool_use_warn_below",
                                "keep_checkpoints", "description"})
 
 
@@ -130,6 +141,12 @@ class Trainer:
             eval_env = eval_env if eval_env is not None else gym.make(cfg.env, **{**cfg.env_kwargs,
                                                                                    **cfg.eval_env_kwargs})
         self.policy, self.engine, self.env, self.eval_env = policy, engine, env, eval_env
+        # tool-call and search envs: episodes of several turns through the harness's loop (agents/grpo/multiturn.py)
+        self.multiturn = is_multiturn(env)
+        if self.multiturn:
+            self.pool = EnvPool(env, lambda: remake(env))
+            self.eval_pool = EnvPool(eval_env, lambda: remake(eval_env))
+            self.tool_monitor = ToolUseMonitor(cfg.tool_use_warn_below)
         self.model = policy.model
         self.tokenizer = policy.tokenizer
         self.pad_id = int(getattr(self.tokenizer, "pad_token_id", None) or 0)
@@ -145,6 +162,9 @@ class Trainer:
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas),
                                            fused=params[0].device.type in ("cpu", "cuda"))
         self.components = {stage: _build_component(stage, cfg) for stage in STAGES}
+        if self.multiturn and getattr(self.components["generation_controller"], "generate", None) is not None:
+            raise ValueError(f"generation controller {cfg.stages.get('generation_controller')!r} runs the generation "
+                             f"itself, which multi-turn envs ({cfg.env}) do not support")
         self.services = SimpleNamespace(cfg=cfg, logprobs=self.current_logprobs, generate=self.extra_generate,
                                         tokenizer=self.tokenizer, prompt_text=self.policy.prompt_text,
                                         context_logprobs=self.context_logprobs)
@@ -181,6 +201,8 @@ class Trainer:
         return groups
 
     def _generate(self, requests: dict[str, int], groups: dict[str, dict[str, Any]], seed: int) -> GroupBatch:
+        if self.multiturn:
+            return self._generate_episodes(requests, groups, seed)
         by_n: dict[int, list[str]] = defaultdict(list)
         for gid, n in requests.items():
             if n > 0:
@@ -230,6 +252,26 @@ class Trainer:
             parts.append(part)
         return GroupBatch.concat(parts)
 
+    def _generate_episodes(self, requests: dict[str, int], groups: dict[str, dict[str, Any]], seed: int
+                           ) -> GroupBatch:
+        """Multi-turn rollouts: one episode per requested rollout, played by the harness's loop with a token-exact
+        PolicyAgent; env tokens are masked out of the batch (agents/grpo/multiturn.py)."""
+        from agents.policy.agent import PolicyAgent
+
+        sampling = self.components["generation_controller"].sampling(
+            make_sampling(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
+                          max_new_tokens=self.cfg.max_new_tokens, seed=seed), self.step)
+        gids = [g for g, n in requests.items() if n > 0]
+        items = [(u, j, groups[g]["index"]) for u, g in enumerate(gids) for j in range(int(requests[g]))]
+        agent = PolicyAgent(self.policy, self.engine, sampling)
+        episodes = play(agent, self.pool, items, run_seed=seed)
+        samples = episode_samples(agent, items, episodes, lambda u: (gids[u], groups[gids[u]]))
+        prefix, turn = model_turn_lengths(samples)
+        self.flops["generation"] += self.flop_model.generation(prefix, turn, prefix)
+        self._episode_samples += samples
+        return GroupBatch.from_samples(samples, step=self.step, tokenizer=self.tokenizer,
+                                       temperature=sampling.temperature or 1.0)
+
     def collect(self) -> tuple[GroupBatch | None, dict[str, float]]:
         """Prompts -> rollouts in allocator rounds -> group transform, refilled while groups are missing."""
         cfg, comp = self.cfg, self.components
@@ -239,6 +281,7 @@ class Trainer:
         batch: GroupBatch | None = None
         generated, refills, gen_reward, gen_tokens = 0, 0, 0.0, 0
         rounds: list[dict[str, Any]] = []  # one entry per generation call: its wall-clock and what it produced
+        self._episode_samples: list[Sample] = []  # multi-turn episodes of this step (collapse guards)
         groups_generated = groups_useful = 0
         for round_ in range(cfg.refill_rounds + 1):
             need = cfg.prompts_per_step - (batch.num_groups if batch is not None else 0)
@@ -280,9 +323,13 @@ class Trainer:
             batch = batch.select([i for i, g in enumerate(batch.group_ids) if g in keep])
         self.rollouts_total += generated
         self.tokens_total += gen_tokens
-        return batch, {"rollouts": generated, "refill_rounds": refills,
-                       "generated_reward_mean": gen_reward / max(1, generated), "gen_tokens": gen_tokens,
-                       "groups_generated": groups_generated, "groups_useful": groups_useful, "rounds": rounds}
+        out = {"rollouts": generated, "refill_rounds": refills,
+               "generated_reward_mean": gen_reward / max(1, generated), "gen_tokens": gen_tokens,
+               "groups_generated": groups_generated, "groups_useful": groups_useful, "rounds": rounds}
+        if self.multiturn and self._episode_samples:
+            out.update(episode_stats(self._episode_samples))
+            out["tool_use_warning"] = int(self.tool_monitor.update(self.step, out["tool_use_rate"]))
+        return batch, out
 
     # -- update ----------------------------------------------------------------------------------------------------
     def _logprobs(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int]) -> tuple[torch.Tensor, ...]:
@@ -428,6 +475,8 @@ class Trainer:
         # A generation controller that shapes what a response is (per-mode hard caps) decodes the eval too through
         # its ``generate_eval`` hook, so that held-out lengths and verdicts are those of the policy as it is deployed;
         # training-only controllers (aborts, hints) never touch the eval.
+        if self.multiturn:
+            return self._evaluate_episodes(n, k, sampling, t0)
         controlled = getattr(self.components["generation_controller"], "generate_eval", None)
         # several policies deployed together (Agon's cascade) answer the eval as they are deployed, too
         cascade = getattr(self.components["orchestrator"], "generate_eval", None)
@@ -464,6 +513,25 @@ class Trainer:
                        eval_entrance_entropy=float(np.mean([s["entrance_entropy_all"] for s in stats])),
                        eval_solutions=[s["solutions"] for s in stats])
         return out
+
+    def _evaluate_episodes(self, n: int, k: int, sampling: Any, t0: float) -> dict[str, float]:
+        """Multi-turn eval: the first ``n`` held-out tasks, ``k`` episodes each, seeded as ``rlvr eval --seed`` with
+        the run's seed seeds them (the same episodes as the harness for the same weights)."""
+        from agents.policy.agent import PolicyAgent
+
+        items = [(i, j, i) for i in range(n) for j in range(k)]
+        agent = PolicyAgent(self.policy, self.engine, sampling)
+        episodes = play(agent, self.eval_pool, items, run_seed=self.cfg.seed)
+        samples = episode_samples(agent, items, episodes, lambda u: ("eval", {"prompt": "", "task_id": u, "index": u,
+                                                                              "metadata": {}, "messages": []}))
+        correct = [s.correct for s in samples]
+        per_task = np.asarray(correct, dtype=int).reshape(n, k).sum(axis=1)
+        stats = episode_stats(samples)
+        return {"eval_accuracy": float(np.mean(correct)), "eval_reward": float(np.mean([s.reward for s in samples])),
+                "eval_len_mean": float(np.mean([sum(s.token_mask) for s in samples])), "eval_n": n, "eval_samples": k,
+                "eval_s": time.perf_counter() - t0,
+                "eval_correct": "".join(str(c) for c in per_task) if k == 1 else per_task.tolist(),
+                **{f"eval_{key}": v for key, v in stats.items()}}
 
     # -- checkpoints -----------------------------------------------------------------------------------------------
     def state(self) -> dict[str, Any]:

@@ -13,7 +13,7 @@ k_1 < ... < k_m chosen inside response i (a token count each) and its group g:
 
 The d_j of a row sum to r_i - mean_g r, the quantity GRPO spreads evenly over the row: MC credit spreads it by where
 the estimated chance of success rose or fell. This is the reference credit the cheap estimators (RREDCoT, DASH) are
-measured against (``agents/methods/credit_quality.py``, ``benchmarks/credit_quality.py``).
+measured against (``agents/grpo/credit_quality.py``, ``benchmarks/credit_quality.py``).
 
 Our reading (the abstract stops before the method; each is a hyper-parameter):
 - boundaries are step ends: line ends (``split="lines"``; one search step of a micro-lane Countdown trace),

@@ -25,6 +25,7 @@ import os
 import sys
 import time
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -264,7 +265,7 @@ def _run(agent: Any, env: Any, make_env: Any, source: Any, config: dict[str, Any
         os.replace(tmp, side)
         sink = open(side, "a", encoding="utf-8")  # noqa: SIM115  (closed in finally)
 
-    pool = _EnvPool(env, make_env)
+    pool = EnvPool(env, make_env)
     n_correct = sum(r["correct"] for r in state.records.values())
     bar = tqdm(total=len(units), initial=len(state.records), disable=not progress, unit="sample",
                desc=config["env_id"], dynamic_ncols=True)
@@ -313,8 +314,9 @@ def turn_seed(seed: int, task_index: int, sample_index: int, turn: int) -> int:
     return int(np.random.SeedSequence(int(seed), spawn_key=key).generate_state(1)[0])
 
 
-class _EnvPool:
-    """The env instances a batch needs: one for single-turn envs (reset, act, reset, step), one per episode otherwise."""
+class EnvPool:
+    """The env instances a batch needs: one for single-turn envs (reset, act, reset, step), one per episode otherwise
+    (``make()`` builds another instance of the same env; instances are kept and reused by later batches)."""
 
     def __init__(self, env: Any, make: Any):
         self.first = env
@@ -334,25 +336,43 @@ class _EnvPool:
             e.close()
 
 
-def _run_batch(agent: Any, pool: _EnvPool, source: Any, config: Mapping[str, Any], batch: int,
-               units: list[tuple[int, int]]) -> dict[str, Any]:
-    t0 = time.perf_counter()
-    run_seed, n = config["seed"], config["n_samples"]
-    seeds = [sample_seed(run_seed, ti, si) for ti, si in units]
-    observations, infos, metadata = [], [], []
-    for k, ((ti, si), s) in enumerate(zip(units, seeds)):
+@dataclass
+class Episode:
+    """One unit's episode as ``run_episodes`` played it."""
+
+    seed: int  # the sample's seed (turn 0)
+    reset_info: dict[str, Any]
+    task: Any  # the env's task after reset (None where the env does not expose one)
+    turns: list[str] = field(default_factory=list)  # every agent turn, in order
+    tokens: int | None = 0  # response tokens over all turns (None when the agent does not report them)
+    final: tuple[float, dict[str, Any]] | None = None  # (reward, step info) of the step that ended the episode
+    last_info: dict[str, Any] = field(default_factory=dict)  # the info the agent saw last (task_id, counts)
+
+
+def run_episodes(agent: Any, pool: EnvPool, units: Sequence[tuple[int, int]], *, run_seed: int, n_samples: int,
+                 reset_options: Sequence[Mapping[str, Any]] | None = None, max_turns: int = MAX_TURNS,
+                 timing: dict[str, float] | None = None) -> list[Episode]:
+    """Play one episode per unit ``(task_index, sample_index)`` in lockstep: every ``agent.act`` call gets the
+    still-running episodes' observations and infos (the reset info plus ``seed``, ``task_index``, ``sample_index``,
+    ``n_samples`` and ``turn_index``). The one rollout loop of the harness and of the trainer (agents/grpo/multiturn.py),
+    so both play identical episodes for the same agent and seeds. ``reset_options``: one per unit (default
+    ``{"index": task_index}``). ``timing`` (if given) gets ``act_s`` and ``verify_s`` added."""
+    if reset_options is not None and len(reset_options) != len(units):
+        raise ValueError(f"{len(reset_options)} reset options for {len(units)} units")
+    episodes: list[Episode] = []
+    observations, infos = [], []
+    for k, (ti, si) in enumerate(units):
+        seed = sample_seed(run_seed, ti, si)
         env = pool.get(k)
-        obs, info = env.reset(seed=s, options={"index": ti})
-        task = getattr(env.unwrapped, "task", None)  # the task just reset to; saves regenerating procedural tasks
-        metadata.append(_metadata(task if isinstance(task, Task) else source.task(ti)))
+        options = dict(reset_options[k]) if reset_options is not None else {"index": ti}
+        obs, info = env.reset(seed=seed, options=options)
+        episodes.append(Episode(seed=seed, reset_info=dict(info), task=getattr(env.unwrapped, "task", None)))
         observations.append(obs)
-        infos.append({**info, "seed": s, "task_index": ti, "sample_index": si, "n_samples": n, "turn_index": 0})
-    turns: list[list[str]] = [[] for _ in units]
-    tokens: list[int | None] = [0 for _ in units]
-    finals: list[tuple[float, dict[str, Any]] | None] = [None for _ in units]
+        infos.append({**info, "seed": seed, "task_index": ti, "sample_index": si, "n_samples": n_samples,
+                      "turn_index": 0})
     act_s = verify_s = 0.0
     active = list(range(len(units)))
-    for turn in range(MAX_TURNS):
+    for turn in range(max_turns):
         if not active:
             break
         ta = time.perf_counter()
@@ -362,42 +382,58 @@ def _run_batch(agent: Any, pool: _EnvPool, source: Any, config: Mapping[str, Any
         act_s += tv - ta
         still = []
         for k, text, tok in zip(active, texts, toks):
-            (ti, si), env = units[k], pool.get(k)
-            turns[k].append(text)
-            tokens[k] = None if tokens[k] is None or tok is None else tokens[k] + tok
+            (ti, si), env, ep = units[k], pool.get(k), episodes[k]
+            ep.turns.append(text)
+            ep.last_info = infos[k]
+            ep.tokens = None if ep.tokens is None or tok is None else ep.tokens + tok
             if pool.single_turn:
-                env.reset(seed=seeds[k], options={"index": ti})
+                options = dict(reset_options[k]) if reset_options is not None else {"index": ti}
+                env.reset(seed=ep.seed, options=options)
             obs, reward, terminated, truncated, step_info = env.step(text)
             if terminated or truncated:
-                finals[k] = (float(reward), dict(step_info))
+                ep.final = (float(reward), dict(step_info))
             else:
                 observations[k] = obs
                 infos[k] = {**step_info, "seed": turn_seed(run_seed, ti, si, turn + 1), "task_index": ti,
-                            "sample_index": si, "n_samples": n, "turn_index": turn + 1}
+                            "sample_index": si, "n_samples": n_samples, "turn_index": turn + 1}
                 still.append(k)
         verify_s += time.perf_counter() - tv
         active = still
+    if timing is not None:
+        timing["act_s"] = timing.get("act_s", 0.0) + act_s
+        timing["verify_s"] = timing.get("verify_s", 0.0) + verify_s
+    return episodes
+
+
+def _run_batch(agent: Any, pool: EnvPool, source: Any, config: Mapping[str, Any], batch: int,
+               units: list[tuple[int, int]]) -> dict[str, Any]:
+    t0 = time.perf_counter()
+    timing: dict[str, float] = {}
+    episodes = run_episodes(agent, pool, units, run_seed=config["seed"], n_samples=config["n_samples"],
+                            timing=timing)
     records = []
-    for k, ((ti, si), s) in enumerate(zip(units, seeds)):
-        reward, info = finals[k] or (0.0, {"correct": False, "error": f"no final answer within {MAX_TURNS} turns"})
+    for (ti, si), ep in zip(units, episodes):
+        # the task just reset to; saves regenerating procedural tasks
+        metadata = _metadata(ep.task if isinstance(ep.task, Task) else source.task(ti))
+        reward, info = ep.final or (0.0, {"correct": False, "error": f"no final answer within {MAX_TURNS} turns"})
         rec = {
-            "task_index": ti, "task_id": str(infos[k].get("task_id", ti)), "sample_index": si, "seed": s,
-            "response": turns[k][-1],
+            "task_index": ti, "task_id": str(ep.last_info.get("task_id", ti)), "sample_index": si, "seed": ep.seed,
+            "response": ep.turns[-1],
             "parsed_answer": None if info.get("parsed_answer") is None else str(info["parsed_answer"]),
             "correct": bool(info.get("correct", reward > 0)),
             "reward": reward,
             "format_ok": bool(info.get("format_ok", False)),
             "error": None if info.get("error") is None else str(info["error"]),
             "truncated_response": bool(info.get("truncated_response", False)),
-            "tokens": tokens[k],
+            "tokens": ep.tokens,
             "answer": None if info.get("answer") is None else str(info["answer"]),
-            "metadata": metadata[k],
+            "metadata": metadata,
         }
-        if len(turns[k]) > 1 or not pool.single_turn:
-            rec["turns"] = turns[k]  # every agent turn; the leaderboard replays them through the env
+        if len(ep.turns) > 1 or not pool.single_turn:
+            rec["turns"] = ep.turns  # every agent turn; the leaderboard replays them through the env
         records.append(rec)
-    return {"kind": "batch", "batch": batch, "wall_s": time.perf_counter() - t0, "act_s": act_s,
-            "verify_s": verify_s, "records": records}
+    return {"kind": "batch", "batch": batch, "wall_s": time.perf_counter() - t0, "act_s": timing["act_s"],
+            "verify_s": timing["verify_s"], "records": records}
 
 
 def _document(config: dict[str, Any], provenance: dict[str, Any], state: _State, *, complete: bool,

@@ -1,0 +1,141 @@
+"""Multi-turn rollouts for the trainer: tool-call and search envs played through the harness's episode loop.
+
+The trainer's rollout stage for any env that is not a single-turn ``TextEnv`` (``rlvr/ToolUse-v0``,
+``rlvr/MultiHopSynth-v0``, ``rlvr/HotpotQA-v0``): the episodes are played by ``rlvr_envs.harness.evaluate.run_episodes``
+(the harness's own lockstep loop, so a run's rollouts are what ``rlvr eval`` would record for the same agent and seeds)
+with a ``PolicyAgent`` whose episodes are token-exact (agents/policy/episodes.py). Each episode becomes one Sample:
+
+    prompt_ids   = the opening chat's tokens
+    response_ids = every later token, the model's as sampled and the env's appended as ids
+    token_mask   = 1 on model tokens only (the loss, KL and entropy never see an env token)
+    logprobs     = the sampled log-probs on model tokens (0 on env tokens)
+
+Collapse guards (verl and GEM users report tool use collapsing to one or two calls): ``episode_stats`` gives calls
+per episode, the invalid-call rate and the tool-use rate (episodes with at least one call or search) for the train
+record, and ``ToolUseMonitor`` warns when the tool-use rate falls below a threshold.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+
+from agents.grpo.batch import Sample
+from rlvr_envs.core import TextEnv
+from rlvr_envs.harness.evaluate import MAX_TURNS, EnvPool, Episode, run_episodes
+
+
+def is_multiturn(env: Any) -> bool:
+    return not isinstance(env.unwrapped, TextEnv)
+
+
+def remake(env: Any) -> Any:
+    """Another instance of ``env``: from its registration (id and kwargs) when it has one, else a deep copy."""
+    spec = getattr(env, "spec", None)
+    if spec is not None and getattr(spec, "id", None):
+        import gymnasium as gym
+
+        return gym.make(spec.id, **(spec.kwargs or {}))
+    import copy
+
+    return copy.deepcopy(env)
+
+
+def model_turn_lengths(samples: Sequence[Sample]) -> tuple[list[int], list[int]]:
+    """``(prefix, turn)`` token counts of every model turn of every episode: the stream before the turn (what the
+    engine prefilled for it) and the turn's own tokens, for the generation FLOPs."""
+    prefix, turn = [], []
+    for s in samples:
+        mask = list(s.token_mask) if s.token_mask is not None else [True] * len(s.response_ids)
+        k = 0
+        while k < len(mask):
+            if not mask[k]:
+                k += 1
+                continue
+            start = k
+            while k < len(mask) and mask[k]:
+                k += 1
+            prefix.append(len(s.prompt_ids) + start)
+            turn.append(k - start)
+    return prefix, turn
+
+
+def calls_of(info: dict[str, Any]) -> int:
+    """Tool calls (ToolUse: ``calls_made``) or searches (search envs) of an episode, from its last info."""
+    return int(info.get("calls_made", info.get("searches", 0)) or 0)
+
+
+def play(agent: Any, pool: EnvPool, items: Sequence[tuple[int, int, int]], *, run_seed: int,
+         max_turns: int = MAX_TURNS) -> list[Episode]:
+    """Episodes for ``items`` = ``(unit, sample, dataset index)``: ``unit`` keys the seeds (unique per prompt of the
+    call), the dataset index picks the task."""
+    units = [(u, s) for u, s, _ in items]
+    n_samples = 1 + max((s for _, s, _ in items), default=0)
+    return run_episodes(agent, pool, units, run_seed=run_seed, n_samples=n_samples,
+                        reset_options=[{"index": int(index)} for _, _, index in items], max_turns=max_turns)
+
+
+def episode_samples(agent: Any, items: Sequence[tuple[int, int, int]], episodes: Sequence[Episode],
+                    group_of: Callable[[int], tuple[str, dict[str, Any]]]) -> list[Sample]:
+    """One Sample per episode from the agent's token streams; ``group_of(unit)`` -> (group id, group dict)."""
+    samples = []
+    for (u, s, _), ep in zip(items, episodes):
+        gid, group = group_of(u)
+        stream = agent.episodes.get((u, s))
+        if stream is None:
+            raise RuntimeError(f"the agent kept no token stream for episode {(u, s)}: it must be a PolicyAgent")
+        if stream.drifted:
+            raise RuntimeError(f"episode {(u, s)} is not token-exact, so it cannot be trained on: {stream.drifted}")
+        reward, info = ep.final or (0.0, {"correct": False, "error": f"no final answer within {len(ep.turns)} turns"})
+        last = {**ep.last_info, **info}
+        samples.append(Sample(
+            group_id=gid, prompt=group["prompt"], prompt_ids=list(stream.prompt_ids), response_ids=list(stream.ids),
+            text=ep.turns[-1] if ep.turns else "", reward=float(reward), correct=bool(info.get("correct", reward > 0)),
+            logprobs=stream.logprobs, entropies=stream.entropies, token_mask=stream.mask,
+            finish_reason=stream.finish_reasons[-1] if stream.finish_reasons else "length",
+            info={"task_id": group["task_id"], "index": group["index"], "parsed_answer": info.get("parsed_answer"),
+                  "format_ok": info.get("format_ok"), "answer": info.get("answer"), "metadata": group["metadata"],
+                  "messages": group["messages"], "turns": list(ep.turns), "calls": calls_of(last),
+                  "invalid_calls": int(last.get("invalid_calls", 0) or 0), "overflow": stream.overflow,
+                  "ended": ep.final is not None}))
+    return samples
+
+
+def episode_stats(samples: Sequence[Sample]) -> dict[str, float]:
+    """Collapse guards for the train record: turns and calls per episode, invalid-call and tool-use rates."""
+    if not samples:
+        return {}
+    calls = np.array([s.info.get("calls", 0) for s in samples], dtype=float)
+    invalid = float(sum(s.info.get("invalid_calls", 0) for s in samples))
+    return {"turns_per_episode": float(np.mean([len(s.info.get("turns", [])) for s in samples])),
+            "calls_per_episode": float(calls.mean()),
+            "tool_use_rate": float((calls > 0).mean()),
+            "invalid_call_rate": invalid / calls.sum() if calls.sum() else 0.0,
+            "env_token_frac": float(np.mean([1 - sum(s.token_mask) / max(1, len(s.token_mask)) for s in samples])),
+            "unfinished_episodes": float(sum(not s.info.get("ended", True) for s in samples)),
+            "overflow_episodes": float(sum(bool(s.info.get("overflow")) for s in samples))}
+
+
+class ToolUseMonitor:
+    """Warns (once per fall) when the tool-use rate of a training step drops below ``threshold`` after being at or
+    above it (or from the first step, when it starts below): the collapse to answering without tools."""
+
+    def __init__(self, threshold: float):
+        if not 0.0 <= threshold <= 1.0:
+            raise ValueError(f"tool_use_warn_below must be in [0, 1], got {threshold!r}")
+        self.threshold = float(threshold)
+        self._below = False
+
+    def update(self, step: int, rate: float) -> bool:
+        """True (and a RuntimeWarning) when this step starts a stretch below the threshold."""
+        below = self.threshold > 0 and rate < self.threshold
+        fired = below and not self._below
+        if fired:
+            warnings.warn(f"step {step}: tool-use rate {rate:.3f} fell below {self.threshold:.3f} (episodes answering "
+                          f"without any call or search); check the reward and the invalid-call rate",
+                          RuntimeWarning, stacklevel=2)
+        self._below = below
+        return fired
