@@ -123,6 +123,21 @@ def test_turn_and_call_caps_truncate_with_zero_reward():
     few_calls.close()
 
 
+def test_invalid_call_streak_ends_the_episode_when_configured():
+    strict = ToolUseEnv(max_invalid_streak=2)
+    index = next(i for i in range(100) if strict.task_for(i).metadata["plan_length"] >= 2)
+    bad, ok = "<tool_call>{oops</tool_call>", strict.gold_turns(strict.task_for(index))[0]  # a valid call
+    reward, info, rewards = run(strict, [bad, ok, bad, bad, bad], options={"index": index})
+    # a valid call in between resets the streak: the episode ends on the second bad turn in a row (turn 4)
+    assert len(rewards) == 4 and reward == 0.0 and info["invalid_streak"] == 2
+    assert info["error"] == "2 turns in a row of invalid calls"
+    _, info, rewards = run(ToolUseEnv(), [bad] * 5, options={"index": 0})  # off by default
+    assert len(rewards) == 5 and info["invalid_streak"] == 5
+    with pytest.raises(ValueError, match="max_invalid_streak"):
+        ToolUseEnv(max_invalid_streak=0)
+    strict.close()
+
+
 def test_score_replays_the_assistant_turns(env):
     for index in range(3, 9):
         task = env.task_for(index)

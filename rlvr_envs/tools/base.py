@@ -57,13 +57,18 @@ class ToolEnv(gym.Env[str, str], abc.ABC):
 
     def __init__(self, source: TaskSource, *, max_turns: int = 10, max_calls: int = 16, max_calls_per_turn: int = 8,
                  max_prompt_chars: int = DEFAULT_MAX_CHARS, max_response_chars: int = 16_384,
-                 verifier_name: str = "", render_mode: str | None = None):
+                 verifier_name: str = "", render_mode: str | None = None, max_invalid_streak: int | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         if min(max_turns, max_calls, max_calls_per_turn) < 1:
             raise ValueError("max_turns, max_calls and max_calls_per_turn must be >= 1")
         self.source = source
         self.max_turns, self.max_calls, self.max_calls_per_turn = int(max_turns), int(max_calls), int(max_calls_per_turn)
+        # consecutive turns whose calls were all invalid before the episode is cut (None: never); a training guard
+        # against a policy that loops on malformed calls
+        if max_invalid_streak is not None and int(max_invalid_streak) < 1:
+            raise ValueError(f"max_invalid_streak must be >= 1 or None, got {max_invalid_streak!r}")
+        self.max_invalid_streak = None if max_invalid_streak is None else int(max_invalid_streak)
         self.max_response_chars = int(max_response_chars)
         self.verifier_name = verifier_name
         self.render_mode = render_mode
@@ -109,6 +114,7 @@ class ToolEnv(gym.Env[str, str], abc.ABC):
         self._task = self.source.task(index)
         self._messages = self.open_episode(self._task)
         self._counts = {"turn": 0, "calls_made": 0, "invalid_calls": 0, "failed_calls": 0}
+        self._invalid_streak = 0
         info = {"messages": [dict(m) for m in self._messages], "task_id": self._task.id, "index": index,
                 **self._counts, "plan_length": self.plan_length(self._task), "tools": self.episode_tools()}
         self._last_info = info
@@ -131,10 +137,16 @@ class ToolEnv(gym.Env[str, str], abc.ABC):
             for r in results:
                 self._messages.append({"role": "tool", "name": r.call.name if r.call else "error", "content": r.content})
             obs = "\n".join(f"<tool_response>\n{r.content}\n</tool_response>" for r in results)
+            all_invalid = bool(results) and all(r.status == "invalid" for r in results)
+            self._invalid_streak = self._invalid_streak + 1 if all_invalid else 0
+            streak = self.max_invalid_streak is not None and self._invalid_streak >= self.max_invalid_streak
             capped = self._counts["turn"] >= self.max_turns or self._counts["calls_made"] >= self.max_calls
+            error = (f"{self._invalid_streak} turns in a row of invalid calls" if streak
+                     else "turn or call cap reached" if capped else None)
+            capped = capped or streak
             info = self._info(task, truncated_response, start)
             info.update(tool_results=[r.status for r in results], final=False, correct=False, parsed_answer=None,
-                        format_ok=True, error="turn or call cap reached" if capped else None)
+                        format_ok=True, error=error, invalid_streak=self._invalid_streak)
             if capped:
                 self._task = None
             return obs, 0.0, False, capped, info

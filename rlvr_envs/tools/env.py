@@ -119,11 +119,13 @@ class ToolUseEnv(ToolEnv):
     def __init__(self, source: ToolUseSource | None = None, *, seed: int = 0, size: int = DEFAULT_SIZE,
                  min_steps: int = 1, max_steps: int = 4, services: Sequence[str] = SERVICES,
                  distractor_tools: int = 2, precision_penalty: bool = True, tools_in_prompt: bool = True,
-                 max_turns: int = 10, max_calls: int = 16, max_calls_per_turn: int = 8, render_mode: str | None = None):
+                 max_turns: int = 10, max_calls: int = 16, max_calls_per_turn: int = 8, render_mode: str | None = None,
+                 max_invalid_streak: int | None = None):
         source = source or ToolUseSource(size=size, seed=seed, min_steps=min_steps, max_steps=max_steps,
                                          services=services, distractor_tools=distractor_tools)
         super().__init__(source, max_turns=max_turns, max_calls=max_calls, max_calls_per_turn=max_calls_per_turn,
-                         verifier_name="sandbox final state + answer, precision-penalized", render_mode=render_mode)
+                         verifier_name="sandbox final state + answer, precision-penalized", render_mode=render_mode,
+                         max_invalid_streak=max_invalid_streak)
         self.precision_penalty = bool(precision_penalty)
         self.tools_in_prompt = bool(tools_in_prompt)
         self.sandbox: Sandbox | None = None
@@ -190,7 +192,8 @@ class ToolUseEnv(ToolEnv):
         """Re-verify an episode from its assistant turns alone (the sandbox is rebuilt from the task's seed)."""
         turns = [response] if isinstance(response, str) else list(response)
         replay = ToolUseEnv(self.source, precision_penalty=self.precision_penalty, max_turns=self.max_turns,
-                            max_calls=self.max_calls, max_calls_per_turn=self.max_calls_per_turn)
+                            max_calls=self.max_calls, max_calls_per_turn=self.max_calls_per_turn,
+                            max_invalid_streak=self.max_invalid_streak)
         try:
             replay.reset(options={"task_id": task.id})
             reward, info = 0.0, {"correct": False, "parsed_answer": None, "format_ok": False, "error": "no final answer"}
