@@ -258,3 +258,42 @@ def test_a_template_that_rewrites_history_plays_on_for_eval_but_is_refused_for_t
     with pytest.raises(RuntimeError, match="not token-exact"):
         episode_samples(agent, items, episodes, lambda u: ("g", {"prompt": "", "task_id": "0", "index": 0,
                                                                  "metadata": {}, "messages": []}))
+
+
+# -- SFT warm start on oracle trajectories ------------------------------------------------------------------------------
+def test_sft_on_tooluse_oracle_trajectories_masks_env_tokens_and_lowers_the_loss(tmp_path):
+    from agents.grpo.sft import demonstrations, masked_nll, sft
+
+    policy = load_policy("tiny", seed=3)
+    env = gym.make("rlvr/ToolUse-v0", tools_in_prompt=False)
+    episodes, stats = demonstrations(policy, env, 6)
+    assert stats["episodes"] == 6 and stats["env_tokens"] > 0 and stats["turns_mean"] >= 2
+    tok = policy.tokenizer
+    for ep in episodes:
+        # the stream is the chat as the template renders it: the oracle's turns as model tokens, the env's as ids
+        text = tok.decode(ep.stream, skip_special_tokens=False)
+        assert text.count("<|im_start|>tool") == ep.turns - 1 and text.endswith("<|im_end|>")
+        model_text = tok.decode([t for t, m in zip(ep.ids, ep.mask) if m], skip_special_tokens=False)
+        assert "<tool_call>" in model_text and "<|im_start|>" not in model_text  # no env token marked as the model's
+    with torch.no_grad():
+        before = float(masked_nll(policy.model, episodes))
+    losses = sft(policy, episodes, epochs=3, lr=3e-3, batch_size=3)
+    with torch.no_grad():
+        after = float(masked_nll(policy.model, episodes))
+    assert len(losses) == 6 and after < before - 0.5
+    with pytest.raises(ValueError, match="no demonstrations"):
+        sft(policy, [])
+
+
+def test_sft_cli_writes_a_loadable_model(tmp_path):
+    from agents.grpo.sft import main
+
+    out = tmp_path / "sft"
+    assert main(["--env", "rlvr/ToolUse-v0", "--env-kwargs", '{"tools_in_prompt": false}', "--model", "tiny",
+                 "--tasks", "3", "--epochs", "1", "--lr", "1e-3", "--out", str(out)]) == 0
+    report = __import__("json").loads((out / "sft.json").read_text())
+    assert report["stats"]["episodes"] == 3 and len(report["losses"]) == 1
+    reloaded = load_policy(str(out))
+    assert reloaded.n_params == load_policy("tiny").n_params
+    with pytest.raises(SystemExit, match="not empty"):
+        main(["--env", "rlvr/ToolUse-v0", "--model", "tiny", "--tasks", "1", "--out", str(out)])

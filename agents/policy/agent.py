@@ -92,8 +92,8 @@ class PolicyAgent:
         go = [k for k, ok in enumerate(room) if ok]
         rollouts: list[Rollout | None] = [None] * len(prompts)
         if go:
-            made = self.engine.generate([prompts[k] for k in go], 1, self.sampling,
-                                        seeds=None if seeds is None else [seeds[k] for k in go])
+            made = self.sample([observations[k] for k in go], [infos[k] for k in go], [prompts[k] for k in go],
+                               None if seeds is None else [seeds[k] for k in go])
             for k, ro in zip(go, made):
                 rollouts[k] = ro
         for k, (i, ro) in enumerate(zip(infos, rollouts)):
@@ -118,6 +118,12 @@ class PolicyAgent:
         self.last_rollouts = [ro for ro in rollouts if ro is not None]
         self.last_token_counts = [len(ro.response_ids) if ro is not None else 0 for ro in rollouts]  # generated tokens only
         return [p + (ro.text if ro is not None else "") for p, ro in zip(prefixes, rollouts)]
+
+    def sample(self, observations: list[str], infos: list[Mapping[str, Any]], prompts: list[Any],
+               seeds: list[int] | None) -> list[Rollout]:
+        """One rollout per prompt (a string, or an episode's token stream): the engine's sample. A subclass may answer
+        otherwise (agents/grpo/sft.py writes a scripted teacher's turns as tokens)."""
+        return self.engine.generate(prompts, 1, self.sampling, seeds=seeds)
 
     def _tokenize(self, text: str) -> list[int]:
         return list(self.policy.tokenizer(text, add_special_tokens=False)["input_ids"])
