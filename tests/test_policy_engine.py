@@ -95,6 +95,34 @@ def test_rollout_does_not_depend_on_batch_mates_or_chunking(policy, engine):
             assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
 
 
+@pytest.mark.parametrize("temperature", [1.0, 0.0])
+def test_continuous_batching_gives_the_static_rollouts(policy, temperature):
+    """Rows of mixed lengths (stop strings end them early) through 4 slots: queued rows take freed slots with their
+    own prefill, merged into the running cache; every rollout equals static chunking's and one big batch's."""
+    sp = SamplingParams(max_new_tokens=16, temperature=temperature, stop=("e", "o"))
+    prompts, seeds = PROMPTS, [3, 4, 5, 6]
+    static = HFEngine(policy, max_batch_size=4, continuous=False).generate(prompts, 3, sp, seeds=seeds)
+    one_batch = HFEngine(policy, max_batch_size=64).generate(prompts, 3, sp, seeds=seeds)
+    engines = {"prealloc": HFEngine(policy, max_batch_size=4, refill_fraction=0.25),
+               "concat": HFEngine(policy, max_batch_size=4, preallocate=False),
+               "growing": HFEngine(policy, max_batch_size=3, cache_block=2, refill_fraction=1.0)}
+    lengths = {len(r.response_ids) for r in static}
+    assert len(lengths) > 2  # the test needs rows of mixed lengths
+    for name, eng in engines.items():
+        prefills = []
+        original = eng._prefill
+        eng._prefill = lambda *a, **k: prefills.append(len(a[2])) or original(*a, **k)
+        cont = eng.generate(prompts, 3, sp, seeds=seeds)
+        assert sum(prefills) == 12 and len(prefills) > 2, (name, prefills)  # refills happened
+        for other in (static, one_batch):
+            assert [r.response_ids for r in cont] == [r.response_ids for r in other], name
+            assert [r.finish_reason for r in cont] == [r.finish_reason for r in other], name
+            for x, y in zip(cont, other):
+                assert x.logprobs == pytest.approx(y.logprobs, abs=1e-4)
+    with pytest.raises(ValueError, match="refill_fraction"):
+        HFEngine(policy, refill_fraction=0.0)
+
+
 @pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0)])
 def test_logprobs_and_entropies_match_teacher_forcing(policy, engine, temperature, top_p):
     sp = SamplingParams(temperature=temperature, top_p=top_p, max_new_tokens=16, seed=5)

@@ -252,6 +252,34 @@ def new_cache(capacity: int | None) -> Any:
     return cache
 
 
+def merge_caches(cache: Any, mask: torch.Tensor, other: Any, other_mask: torch.Tensor, *, extra: int = 0
+                 ) -> torch.Tensor:
+    """Append ``other``'s rows to ``cache`` in place (continuous batching): both are left-padded to the longer of
+    the two lengths, the padding masked. Returns the merged ``(B1 + B2, L)`` padding mask. ``extra``: free positions
+    kept after the merge in preallocated layers."""
+    length = max(mask.shape[1], other_mask.shape[1])
+
+    def pad(t: torch.Tensor, width: int, dim: int) -> torch.Tensor:
+        if width == 0:
+            return t
+        shape = list(t.shape)
+        shape[dim] = width
+        return torch.cat([t.new_zeros(shape), t], dim=dim)
+
+    for layer, new in zip(cache.layers, other.layers):
+        keys = torch.cat([pad(layer.keys, length - layer.keys.shape[2], 2), pad(new.keys, length - new.keys.shape[2], 2)])
+        values = torch.cat([pad(layer.values, length - layer.values.shape[2], 2),
+                            pad(new.values, length - new.values.shape[2], 2)])
+        if hasattr(layer, "_k"):  # a preallocated layer: new buffers with room to grow
+            layer._k = torch.cat([keys, keys.new_empty((*keys.shape[:2], extra, keys.shape[3]))], 2)
+            layer._v = torch.cat([values, values.new_empty((*values.shape[:2], extra, values.shape[3]))], 2)
+            layer._len = length
+            layer.keys, layer.values = layer._k[:, :, :length], layer._v[:, :, :length]
+        else:
+            layer.keys, layer.values = keys, values
+    return torch.cat([pad(mask, length - mask.shape[1], 1), pad(other_mask, length - other_mask.shape[1], 1)])
+
+
 @dataclass
 class _Row:
     prompt: int
@@ -276,9 +304,16 @@ class HFEngine(RolloutEngine):
 
     def __init__(self, policy: Any, *, max_batch_size: int = 64, prune_fraction: float = 0.25,
                  add_special_tokens: bool = False, preallocate: bool = True, cache_block: int = 256,
-                 ignore_eos: bool = False, precision: str = "auto", pack_weights: bool = True) -> None:
+                 ignore_eos: bool = False, precision: str = "auto", pack_weights: bool = True,
+                 continuous: bool = True, refill_fraction: float = 0.25) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
+        if not 0.0 < refill_fraction <= 1.0:
+            raise ValueError(f"refill_fraction must be in (0, 1], got {refill_fraction!r}")
+        # Continuous batching: with more rows than max_batch_size (decode slots), a queued row takes a slot as soon as
+        # refill_fraction of the slots are free (its own prefill, merged into the running batch), instead of every
+        # chunk of max_batch_size rows waiting for its longest row. Off: static chunks.
+        self.continuous, self.refill_fraction = bool(continuous), float(refill_fraction)
         self.policy = policy
         self.model = policy.model
         # Decoding precision: bf16 weights only where the hardware multiplies bf16 (fastpath.resolve_precision);
@@ -316,7 +351,7 @@ class HFEngine(RolloutEngine):
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "max_batch_size": self.max_batch_size, "logprobs": "log_softmax(logits/T)",
-                "precision": self.precision, "packed_weights": self.packs is not None}
+                "precision": self.precision, "packed_weights": self.packs is not None, "continuous": self.continuous}
 
     def decode_model(self) -> Any:
         """The model decoding runs: the policy's own, or (precision bf16, fp32 policy) a bf16 copy refreshed whenever
@@ -363,8 +398,11 @@ class HFEngine(RolloutEngine):
         packed = self.packs.applied(model) if self.packs is not None else contextlib.nullcontext()
         try:
             with torch.inference_mode(), packed:
-                for start in range(0, len(rows), self.max_batch_size):
-                    self._decode(model, prompt_ids, rows[start:start + self.max_batch_size], sampling)
+                if self.continuous:
+                    self._decode(model, prompt_ids, rows, sampling)
+                else:
+                    for start in range(0, len(rows), self.max_batch_size):
+                        self._decode(model, prompt_ids, rows[start:start + self.max_batch_size], sampling)
         finally:
             model.train(was_training)
         return [self._finish(prompt_ids[r.prompt], r, sampling) for r in rows]
@@ -393,11 +431,17 @@ class HFEngine(RolloutEngine):
         return cache, out.logits[:, -1, :][expand], mask[expand], positions[expand, -1]
 
     def _decode(self, model: Any, prompt_ids: list[list[int]], rows: list[_Row], sampling: SamplingParams) -> None:
-        cache, logits, mask, last_pos = self._prefill(model, prompt_ids, rows, sampling.max_new_tokens)
-        unpadded = bool(mask.all())  # stays so: rows only ever get dropped
-        live = list(range(len(rows)))  # batch position -> index into rows
+        """Decode every row of ``rows`` in at most ``max_batch_size`` slots. A row's tokens depend only on its own
+        prompt and generator (padding is masked, positions are per row), so how rows share slots never changes them."""
+        slots = self.max_batch_size
+        queue = list(range(len(rows)))
+        live, queue = queue[:slots], queue[slots:]
+        cache, logits, mask, last_pos = self._prefill(model, prompt_ids, [rows[i] for i in live],
+                                                      sampling.max_new_tokens)
+        unpadded = bool(mask.all())  # a prune keeps it so; a refill recomputes it
         stop_window = max((len(s) for s in sampling.stop), default=0) + 8
-        for step in range(sampling.max_new_tokens):
+        refill_at = max(1, int(self.refill_fraction * slots))
+        while live:
             uniforms = None
             if not sampling.greedy:
                 uniforms = torch.cat([torch.rand(1, generator=rows[i].gen) for i in live]).to(logits.device)
@@ -416,24 +460,39 @@ class HFEngine(RolloutEngine):
                         s in self.tokenizer.decode(row.ids[-stop_window:], skip_special_tokens=True)
                         for s in sampling.stop):
                     row.finish = "stop"
-                elif step == sampling.max_new_tokens - 1:
+                elif len(row.ids) >= sampling.max_new_tokens:
                     row.finish = "length"
-            done = [rows[i].finish is not None for i in live]
-            if all(done) or step == sampling.max_new_tokens - 1:
+            alive = [b for b, i in enumerate(live) if rows[i].finish is None]
+            free = slots - len(alive)
+            refill = bool(queue) and free >= min(refill_at, len(queue))
+            if not alive and not refill:
                 break
-            if sum(done) >= max(1, self.prune_fraction * len(live)):
-                keep = torch.tensor([b for b, d in enumerate(done) if not d], device=mask.device)
-                cache.batch_select_indices(keep)
-                mask, last_pos, tokens = mask[keep], last_pos[keep], tokens[keep]
-                live = [live[b] for b in keep.tolist()]
-            last_pos = last_pos + 1
-            mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
-            # One new token per row attends to every real cached position: the (B, 1, 1, L) boolean mask is the
-            # padding mask itself, so we hand it over ready-made rather than have transformers rebuild a 4D mask.
-            out = model(input_ids=tokens.unsqueeze(-1),
-                        attention_mask=None if unpadded else mask[:, None, None, :].bool(),
-                        position_ids=last_pos.unsqueeze(-1), use_cache=True, **{self.cache_kw: cache})
-            logits = out.logits[:, -1, :]
+            if refill or len(live) - len(alive) >= max(1, self.prune_fraction * len(live)):
+                if len(alive) < len(live):
+                    keep = torch.tensor(alive, device=mask.device, dtype=torch.long)
+                    if alive:
+                        cache.batch_select_indices(keep)
+                    mask, last_pos, tokens = mask[keep], last_pos[keep], tokens[keep]
+                    live = [live[b] for b in alive]
+            if live:
+                last_pos = last_pos + 1
+                mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
+                # One new token per row attends to every real cached position: the (B, 1, 1, L) boolean mask is the
+                # padding mask itself, so we hand it over ready-made rather than have transformers rebuild a 4D mask.
+                out = model(input_ids=tokens.unsqueeze(-1),
+                            attention_mask=None if unpadded else mask[:, None, None, :].bool(),
+                            position_ids=last_pos.unsqueeze(-1), use_cache=True, **{self.cache_kw: cache})
+                logits = out.logits[:, -1, :]
+            if refill:
+                new, queue = queue[:free], queue[free:]
+                c2, l2, m2, p2 = self._prefill(model, prompt_ids, [rows[i] for i in new], sampling.max_new_tokens)
+                if live:
+                    mask = merge_caches(cache, mask, c2, m2, extra=min(sampling.max_new_tokens, self.cache_block))
+                    logits, last_pos = torch.cat([logits, l2]), torch.cat([last_pos, p2])
+                else:
+                    cache, logits, mask, last_pos = c2, l2, m2, p2
+                live = live + new
+                unpadded = bool(mask.all())
 
     def _finish(self, prompt: list[int], row: _Row, sampling: SamplingParams) -> Rollout:
         ids, lps, ents, reason = row.ids, row.logprobs, row.entropies, row.finish or "length"

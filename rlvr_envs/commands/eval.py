@@ -24,6 +24,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue a partial results file")
     p.add_argument("--backend", choices=("hf", "vllm"), default="hf")
     p.add_argument("--batch-size", type=int, default=8, help="samples per act() call")
+    p.add_argument("--decode-slots", type=int, default=64,
+                   help="hf engine: rows decoded at once; a batch with more rows queues them into freed slots")
+    p.add_argument("--static-batching", action="store_true",
+                   help="hf engine: decode in fixed chunks of --decode-slots rows instead of refilling freed slots")
     p.add_argument("--max-new-tokens", type=int, default=256)
     p.add_argument("--temperature", type=float, default=None,
                    help="sampling temperature (default: 0 = greedy for --samples 1, else 1.0)")
@@ -66,7 +70,9 @@ def build_policy_agent(args: argparse.Namespace, temperature: float) -> Any:
     from agents.policy.engine import SamplingParams, make_engine
 
     policy = load_policy(args.model, dtype=args.dtype, seed=args.seed)
-    engine = make_engine(policy, backend=args.backend)
+    engine_kwargs = ({"max_batch_size": args.decode_slots, "continuous": not args.static_batching}
+                     if args.backend == "hf" else {})
+    engine = make_engine(policy, backend=args.backend, **engine_kwargs)
     sampling = SamplingParams(temperature=temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
     return PolicyAgent(policy, engine, sampling)
@@ -75,8 +81,9 @@ def build_policy_agent(args: argparse.Namespace, temperature: float) -> Any:
 def run(args: argparse.Namespace) -> int:
     from rlvr_envs.harness import evaluate
 
-    if args.samples < 1 or args.batch_size < 1 or (args.limit is not None and args.limit < 1):
-        raise SystemExit("--samples, --batch-size and --limit must be >= 1")
+    if (args.samples < 1 or args.batch_size < 1 or getattr(args, "decode_slots", 1) < 1
+            or (args.limit is not None and args.limit < 1)):
+        raise SystemExit("--samples, --batch-size, --decode-slots and --limit must be >= 1")
     env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
     if args.agent:
         agent = load_agent_factory(args.agent)(**_json_object(args.agent_kwargs, "--agent-kwargs"))
