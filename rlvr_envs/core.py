@@ -51,19 +51,56 @@ class Task:
             object.__setattr__(self, "messages", ({"role": "user", "content": self.question},))
 
 
+# The three outcomes of scoring: right, wrong, or the verifier could not decide.
+CORRECT, WRONG, UNVERIFIABLE = "correct", "wrong", "unverifiable"
+VERDICT_STATUSES = (CORRECT, WRONG, UNVERIFIABLE)
+
+
+def verdict_status(correct: bool, reported: Any = None) -> str:
+    """The status of an outcome from its ``correct`` flag and a reported status (``info["verdict"]``, a record's
+    ``status``; None for files and envs from before statuses existed). Only "unverifiable" is taken from the report,
+    and only for an answer that is not correct: "correct" vs "wrong" always follows ``correct``, so a stale or
+    wrapped status can never contradict the flag that accuracy is computed from."""
+    if correct:
+        return CORRECT
+    return UNVERIFIABLE if reported == UNVERIFIABLE else WRONG
+
+
 @dataclass(frozen=True)
 class Verdict:
-    """The outcome of scoring one response. ``reward`` excludes the env's optional format bonus."""
+    """The outcome of scoring one response. ``reward`` excludes the env's optional format bonus.
+
+    ``unverifiable=True`` says the verifier could not decide (a timeout, a crashed worker, a gold answer it cannot
+    read): such a response is not correct and earns 0, but it is reported apart from a wrong answer, whose verdict
+    is settled. A model output that does not parse is *wrong*, not unverifiable. ``status`` names the three cases."""
 
     correct: bool
     reward: float
     parsed: str | None = None
     error: str | None = None
     format_ok: bool = False
+    unverifiable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.unverifiable and self.correct:
+            raise ValueError("a Verdict cannot be both correct and unverifiable")
+        if self.unverifiable and self.reward != 0:
+            raise ValueError(f"an unverifiable Verdict must have reward 0, got {self.reward!r}")
+
+    @property
+    def status(self) -> str:
+        """``"correct"``, ``"wrong"`` or ``"unverifiable"``."""
+        return UNVERIFIABLE if self.unverifiable else CORRECT if self.correct else WRONG
 
     @classmethod
     def failed(cls, error: str, parsed: str | None = None, format_ok: bool = False) -> Verdict:
+        """A wrong answer with the reason (no final answer, a malformed one, a wrong value)."""
         return cls(correct=False, reward=0.0, parsed=parsed, error=error, format_ok=format_ok)
+
+    @classmethod
+    def could_not_verify(cls, error: str, parsed: str | None = None, format_ok: bool = False) -> Verdict:
+        """An unverifiable outcome: the verifier, not the response, failed (``error`` says how)."""
+        return cls(correct=False, reward=0.0, parsed=parsed, error=error, format_ok=format_ok, unverifiable=True)
 
 
 Scorer = Callable[[Task, str], Verdict]
@@ -235,12 +272,14 @@ class TextEnv(gym.Env[str, str]):
         try:
             verdict = self.scorer(task, response)
         except Exception as exc:  # a scorer bug must not kill a long run; the record keeps the error
-            verdict = Verdict.failed(f"scorer error: {type(exc).__name__}: {exc}")
+            # the scorer, not the response, failed: nobody decided whether the answer is right
+            verdict = Verdict.could_not_verify(f"scorer error: {type(exc).__name__}: {exc}")
         verify_ms = (time.perf_counter() - start) * 1000.0
         reward = float(verdict.reward) + (self.format_reward if verdict.format_ok else 0.0)
         info = {
             "task_id": task.id,
             "correct": bool(verdict.correct),
+            "verdict": verdict.status,
             "parsed_answer": verdict.parsed,
             "verify_ms": WallTime(verify_ms),
             "format_ok": bool(verdict.format_ok),

@@ -55,7 +55,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlvr_envs.core import TextEnv, render_messages
+from rlvr_envs.core import WRONG, TextEnv, render_messages
 
 MODES_ID = "rlvr/Modes-v0"
 ERROR = "error"  # no_marker value: an unmarked response is a format error (reward 0)
@@ -286,8 +286,8 @@ class ModesWrapper(gym.Wrapper):
         if mode is None:  # no marker under no_marker="error": the base env still closes the episode and reports
             obs, base_reward, terminated, truncated, info = self.env.step(action)
             _, length = self.cut(action, 1)
-            extra = {"correct": False, "format_ok": False, "cap": None, "capped": False, "weight": 0.0,
-                     "error": "no mode marker at the start of the response"}
+            extra = {"correct": False, "verdict": WRONG, "format_ok": False, "cap": None, "capped": False,
+                     "weight": 0.0, "error": "no mode marker at the start of the response"}
             reward = 0.0
         else:
             cut, length = self.cut(action, mode.cap)

@@ -426,3 +426,22 @@ def test_countdown_evals_with_several_samples_record_solution_coverage(tmp_path)
     assert ev["eval_coverage"] == sum(ev["eval_solutions"]) / 3 and 0 <= ev["eval_entrance_entropy"]
     plain = trainer(tmp_path / "toy", steps=0, eval_size=3, eval_samples=2, eval_temperature=1.0).evaluate()
     assert "eval_coverage" not in plain and plain["eval_samples"] == 2
+
+
+def test_train_records_count_unverifiable_verdicts_apart(tmp_path):
+    """A scorer that cannot decide (here: it raises) gives reward 0 like a wrong answer; the step record says how
+    many rollouts that was, so a verifier outage is not mistaken for a policy that got worse."""
+
+    def flaky(task, response):
+        if task.id.endswith("1"):
+            raise TimeoutError("verifier unavailable")
+        return first_token_scorer(task, response)
+
+    env = TextEnv(ListSource([Task(id=f"toy-{k}", question=f"p{k}", answer=f"t{k}") for k in range(4)], name="toy"),
+                  flaky)
+    t = trainer(tmp_path, env=env, eval_size=0, prompts_per_step=4)
+    t.step = 1
+    batch, gen = t.collect()
+    flagged = [info["verdict"] == "unverifiable" for info in batch.infos]
+    assert gen["unverifiable_rate"] == pytest.approx(sum(flagged) / len(flagged)) and 0 < sum(flagged) < len(flagged)
+    assert all(r == 0 for r, f in zip(batch.base_rewards.tolist(), flagged) if f)

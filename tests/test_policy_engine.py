@@ -109,9 +109,13 @@ def test_continuous_batching_gives_the_static_rollouts(policy, temperature):
     lengths = {len(r.response_ids) for r in static}
     assert len(lengths) > 2  # the test needs rows of mixed lengths
     for name, eng in engines.items():
-        prefills = []
-        original = eng._prefill
-        eng._prefill = lambda *a, **k: prefills.append(len(a[2])) or original(*a, **k)
+        prefills: list[int] = []
+
+        def counting(*a, _original=eng._prefill, _seen=prefills, **k):
+            _seen.append(len(a[2]))
+            return _original(*a, **k)
+
+        eng._prefill = counting
         cont = eng.generate(prompts, 3, sp, seeds=seeds)
         assert sum(prefills) == 12 and len(prefills) > 2, (name, prefills)  # refills happened
         for other in (static, one_batch):

@@ -97,6 +97,7 @@ def episode_samples(agent: Any, items: Sequence[tuple[int, int, int]], episodes:
             logprobs=stream.logprobs, entropies=stream.entropies, token_mask=stream.mask,
             finish_reason=stream.finish_reasons[-1] if stream.finish_reasons else "length",
             info={"task_id": group["task_id"], "index": group["index"], "parsed_answer": info.get("parsed_answer"),
+                  "verdict": info.get("verdict"),
                   "format_ok": info.get("format_ok"), "answer": info.get("answer"), "metadata": group["metadata"],
                   "messages": group["messages"], "turns": list(ep.turns), "calls": calls_of(last),
                   "invalid_calls": int(last.get("invalid_calls", 0) or 0), "overflow": stream.overflow,

@@ -236,7 +236,7 @@ class Trainer:
                     correct=bool(info.get("correct", reward > 0)), logprobs=ro.logprobs, entropies=ro.entropies,
                     finish_reason=ro.finish_reason,
                     info={"task_id": groups[gid]["task_id"], "index": groups[gid]["index"],
-                          "parsed_answer": info.get("parsed_answer"),
+                          "parsed_answer": info.get("parsed_answer"), "verdict": info.get("verdict"),
                           "format_ok": info.get("format_ok"), "answer": info.get("answer"),
                           # what components that read the task need (Countdown's numbers and target, a reference;
                           # the chat messages, for a loss that renders a privileged context of the same prompt)
@@ -279,7 +279,7 @@ class Trainer:
         if cfg.train_pool:
             n_tasks = min(n_tasks, cfg.train_pool)
         batch: GroupBatch | None = None
-        generated, refills, gen_reward, gen_tokens = 0, 0, 0.0, 0
+        generated, refills, gen_reward, gen_tokens, unverifiable = 0, 0, 0.0, 0, 0
         rounds: list[dict[str, Any]] = []  # one entry per generation call: its wall-clock and what it produced
         self._episode_samples: list[Sample] = []  # multi-turn episodes of this step (collapse guards)
         groups_generated = groups_useful = 0
@@ -304,6 +304,8 @@ class Trainer:
                 for c in comp.values():
                     c.observe_rollouts(new, wall)
                 generated += len(new)
+                # the verifier could not decide (timeout, crash): reward 0 like a wrong answer, counted apart
+                unverifiable += sum(1 for info in new.infos if info.get("verdict") == "unverifiable")
                 gen_tokens += int(new.response_lengths.sum())
                 gen_reward += float(new.base_rewards.sum())
                 part = new if part is None else GroupBatch.concat([part, new])
@@ -325,7 +327,8 @@ class Trainer:
         self.tokens_total += gen_tokens
         out = {"rollouts": generated, "refill_rounds": refills,
                "generated_reward_mean": gen_reward / max(1, generated), "gen_tokens": gen_tokens,
-               "groups_generated": groups_generated, "groups_useful": groups_useful, "rounds": rounds}
+               "groups_generated": groups_generated, "groups_useful": groups_useful, "rounds": rounds,
+               "unverifiable_rate": unverifiable / max(1, generated)}
         if self.multiturn and self._episode_samples:
             out.update(episode_stats(self._episode_samples))
             out["tool_use_warning"] = int(self.tool_monitor.update(self.step, out["tool_use_rate"]))

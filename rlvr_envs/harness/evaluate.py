@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from rlvr_envs.core import Task, TextEnv
+from rlvr_envs.core import Task, TextEnv, verdict_status
 from rlvr_envs.harness.metrics import AnswerEquivalence, answer_equivalence, compute_metrics
 from rlvr_envs.harness.results import (
     SCHEMA,
@@ -416,11 +416,14 @@ def _run_batch(agent: Any, pool: EnvPool, source: Any, config: Mapping[str, Any]
         # the task just reset to; saves regenerating procedural tasks
         metadata = _metadata(ep.task if isinstance(ep.task, Task) else source.task(ti))
         reward, info = ep.final or (0.0, {"correct": False, "error": f"no final answer within {MAX_TURNS} turns"})
+        correct = bool(info.get("correct", reward > 0))
         rec = {
             "task_index": ti, "task_id": str(ep.last_info.get("task_id", ti)), "sample_index": si, "seed": ep.seed,
             "response": ep.turns[-1],
             "parsed_answer": None if info.get("parsed_answer") is None else str(info["parsed_answer"]),
-            "correct": bool(info.get("correct", reward > 0)),
+            "correct": correct,
+            # the env's info["verdict"]; envs that do not report one get it derived from correct
+            "status": verdict_status(correct, info.get("verdict")),
             "reward": reward,
             "format_ok": bool(info.get("format_ok", False)),
             "error": None if info.get("error") is None else str(info["error"]),

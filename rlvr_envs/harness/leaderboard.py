@@ -8,7 +8,10 @@ cannot outrank the others.
 ``submit`` validates the results schema, re-scores every per-sample record with the env's own verifier
 (``env.unwrapped.score``), recomputes every metric and rejects any disagreement with the claimed numbers, then appends
 under a file lock with an atomic replace: concurrent submits lose nothing and a crash mid-write leaves the old board.
-Token counts are the agent's own report and cannot be re-derived without the model; they are taken as claimed.
+Token counts are the agent's own report and cannot be re-derived without the model; they are taken as claimed. So is
+the split of incorrect records into "wrong" and "unverifiable" (a record's ``status``): whether a check times out
+depends on the machine, so the board re-verifies ``correct`` (which wins over a status that contradicts it) and keeps
+the claimed split; ``unverifiable_rate`` is recomputed from it (entries submitted before it existed show "n/a").
 An entry may carry a ``training`` block (a trained run's method, seed, cost and learning curve; see
 ``agents.grpo.publish``): it is reported metadata, shape-checked (``validate_training``) and stored as given, never
 re-verified. It does not loosen anything above: the records are re-scored and the pin applies exactly as without it.
@@ -490,6 +493,13 @@ def training_cells(entry: Mapping[str, Any]) -> tuple[str, str, str, str]:
             "" if flops is None else f"{flops:.3g}", "" if wall is None else f"{wall:.1f}")
 
 
+def unverifiable_cell(metrics: Mapping[str, Any]) -> str:
+    """The unverifiable rate as text; "n/a" for an entry submitted before the metric existed (a board keeps its
+    published numbers as they were verified, so none is made up for it)."""
+    rate = metrics.get("unverifiable_rate")
+    return "n/a" if rate is None else f"{rate:.3f}"
+
+
 def format_board(board: Mapping[str, Any]) -> str:
     """The board as a plain-text table, best accuracy first; trained entries' reported cost when there are any."""
     from rlvr_envs.commands.list import format_table
@@ -497,14 +507,15 @@ def format_board(board: Mapping[str, Any]) -> str:
     entries = ranked(list(board["entries"]))
     trained = has_training(board)
     header = ("#", "model", "label", "tasks", "samples", "accuracy", "pass@n", "maj@n", "len mean", "fmt err",
-              *(("rollouts", "train tok", "FLOPs~", "train s") if trained else ()), "submitted")
+              "unverif", *(("rollouts", "train tok", "FLOPs~", "train s") if trained else ()), "submitted")
     rows = []
     for rank, e in enumerate(entries, 1):
         m, n = e["metrics"], e["n_samples"]
         rows.append((str(rank), e["model"], e.get("label") or "", str(e["n_tasks"]), str(n),
                      f"{m.get('accuracy', 0):.4f}", f"{m.get(f'pass@{n}', 0):.4f}", f"{m.get(f'maj@{n}', 0):.4f}",
                      f"{m.get('length_mean', 0):.1f} {'tok' if m.get('length_unit') == 'tokens' else 'words'}",
-                     f"{m.get('format_error_rate', 0):.3f}", *(training_cells(e) if trained else ()),
+                     f"{m.get('format_error_rate', 0):.3f}", unverifiable_cell(m),
+                     *(training_cells(e) if trained else ()),
                      e.get("submitted_at", "")))
     title = f"board {board['board']}: {board['env_id']} ({len(entries)} entries; {pin_summary(board)})"
     if trained:

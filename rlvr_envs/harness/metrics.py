@@ -9,6 +9,11 @@ Countdown records (``rlvr_envs.harness.coverage.is_countdown``) also get solutio
 (``coverage@n``, ``entrances@n``, ``entrance_entropy@n``, ``entrance_entropy_all@n``, ``entrance_sources``; see
 ``rlvr_envs.harness.coverage``). Results files written before those keys existed lack them; ``metrics_match`` accepts
 that (a key the claim leaves out is not a false claim), but a claimed value must match.
+
+``unverifiable_rate`` is the share of samples whose verdict the verifier could not decide (a record's ``status``,
+see ``rlvr_envs.core.Verdict``); they count as not correct in every accuracy above, and this rate says how much of
+the shortfall is the verifier's rather than the model's. Records from before statuses existed have none: their
+status follows ``correct`` (``record_status``), and a claim without the key is accepted like a coverage key.
 """
 
 from __future__ import annotations
@@ -20,12 +25,20 @@ from typing import Any
 
 import numpy as np
 
+from rlvr_envs.core import UNVERIFIABLE, verdict_status
 from rlvr_envs.harness.coverage import coverage_metrics, is_countdown, is_coverage_key
 
 # Whether two parsed answers are one answer (the env's verifier decides; see answer_classes).
 AnswerEquivalence = Callable[[str, str], bool]
 # Task metadata keys that get an accuracy breakdown when tasks carry them.
 GROUP_KEYS = ("subject", "level", "difficulty", "category")
+# Metrics added after results files were first published: a claim may lack them (it predates them), never misstate them.
+LATER_KEYS = frozenset({"unverifiable_rate"})
+
+
+def record_status(record: Mapping[str, Any]) -> str:
+    """A record's verdict status: its ``status`` field, or (files from before statuses) derived from ``correct``."""
+    return verdict_status(bool(record["correct"]), record.get("status"))
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -155,6 +168,7 @@ def compute_metrics(records: Sequence[Mapping[str, Any]], n_samples: int, *, n_p
     metrics["length_mean"] = float(np.mean(lengths))
     metrics["length_median"] = float(statistics.median(lengths))
     metrics["format_error_rate"] = float(np.mean([not r.get("format_ok", False) for r in records]))
+    metrics["unverifiable_rate"] = float(np.mean([record_status(r) == UNVERIFIABLE for r in records]))
     metrics["tokens_generated"] = int(sum(tokens)) if have_tokens else None
     # Forward-pass FLOPs of the generated tokens only (2 * params per token; prompt processing excluded).
     params_ok = isinstance(n_params, (int, float)) and not isinstance(n_params, bool) and n_params > 0
@@ -166,10 +180,11 @@ def compute_metrics(records: Sequence[Mapping[str, Any]], n_samples: int, *, n_p
 
 def metrics_match(claimed: Mapping[str, Any], recomputed: Mapping[str, Any], *, rel_tol: float = 1e-9) -> list[str]:
     """Human-readable differences between two metric dicts (empty when they agree). A coverage key (``coverage.
-    is_coverage_key``) that the claim lacks is not a difference: files from before those metrics do not have them."""
+    is_coverage_key``) or a ``LATER_KEYS`` key that the claim lacks is not a difference: files from before those
+    metrics do not have them."""
     diffs = []
     for key in sorted(set(claimed) | set(recomputed)):
-        if key not in claimed and is_coverage_key(key):
+        if key not in claimed and (is_coverage_key(key) or key in LATER_KEYS):
             continue
         a, b = claimed.get(key), recomputed.get(key)
         if not _close(a, b, rel_tol):

@@ -15,7 +15,15 @@ import os
 from pathlib import Path
 from typing import Any
 
-from rlvr_envs.harness.leaderboard import has_training, list_boards, load_board, pin_summary, ranked, training_cells
+from rlvr_envs.harness.leaderboard import (
+    has_training,
+    list_boards,
+    load_board,
+    pin_summary,
+    ranked,
+    training_cells,
+    unverifiable_cell,
+)
 
 _SORT_JS = """
 document.querySelectorAll('table.board').forEach(function (table) {
@@ -127,7 +135,7 @@ def board_table(board: dict[str, Any]) -> str:
     entries = ranked(list(board["entries"]))
     trained = has_training(board)
     head = ["#", "model", "label", "tasks", "samples", "accuracy", "pass@n", "maj@n", "mean length", "median length",
-            "format errors", "tokens", "wall s",
+            "format errors", "unverifiable", "tokens", "wall s",
             *(["train rollouts", "train tokens", "train FLOPs", "train wall s"] if trained else []),
             "submitted", "provenance"]
     rows = []
@@ -150,6 +158,7 @@ def board_table(board: dict[str, Any]) -> str:
             _cell(m.get("length_mean"), f"{m.get('length_mean', 0):.1f} {unit}"),
             _cell(m.get("length_median"), f"{m.get('length_median', 0):.1f} {unit}"),
             _cell(m.get("format_error_rate"), f"{m.get('format_error_rate', 0):.3f}"),
+            _cell(m.get("unverifiable_rate"), unverifiable_cell(m)),
             _cell(m.get("tokens_generated")),
             _cell(e.get("wall_time_s"), f"{e['wall_time_s']:.1f}" if e.get("wall_time_s") is not None else ""),
             *(train if trained else []),
@@ -196,7 +205,9 @@ def render_site(boards_dir: str | os.PathLike | None = None, out_dir: str | os.P
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>rlvr-envs leaderboards</title>"
         f"<style>{_CSS}</style></head><body><h1>rlvr-envs leaderboards</h1>"
         "<p>Every entry was re-verified with the environment's own verifier when submitted. "
-        "Click a column header to sort.</p>"
+        "<em>unverifiable</em>: the share of samples the verifier could not decide (timeouts, crashed checks, "
+        "unreadable gold answers), counted as not correct in the accuracy columns; n/a for entries submitted "
+        "before it was recorded. Click a column header to sort.</p>"
         + "".join(sections) + f"<script>{_SORT_JS}</script></body></html>\n"
     )
     index = out / "index.html"

@@ -8,9 +8,14 @@ Layout (``schema = "rlvr-results"``, ``schema_version = 1``)::
      "metrics":    compute_metrics(records)        (absent while the run is partial)
      "timing":     {wall_time_s, act_s, verify_s, batches},
      "records":    [{task_index, task_id, sample_index, seed, response, parsed_answer, correct, reward,
-                     format_ok, error, truncated_response, tokens, metadata[, turns (multi-turn envs), answer]}, ...]}
+                     format_ok, error, truncated_response, tokens, metadata[, status, turns (multi-turn envs),
+                     answer]}, ...]}
 
 Records are sorted by (task_index, sample_index). ``validate`` checks the shape before anything trusts a file.
+``status`` ("correct", "wrong" or "unverifiable": the verifier could not decide) is optional, so files written before
+it existed still load: a record without it has the status its ``correct`` implies. ``correct`` is the field a board
+re-verifies and every accuracy counts, so it wins where the two disagree: ``status`` only tells the records that are
+not correct apart into wrong and unverifiable (``rlvr_envs.core.verdict_status``).
 """
 
 from __future__ import annotations
@@ -26,6 +31,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rlvr_envs.core import VERDICT_STATUSES
 
 SCHEMA = "rlvr-results"
 SCHEMA_VERSION = 1
@@ -97,6 +104,9 @@ def validate(doc: Any) -> None:
     seen: set[tuple[int, int]] = set()
     for i, rec in enumerate(doc["records"]):
         _check_fields(rec, RECORD_FIELDS, f"records[{i}]")
+        if "status" in rec and rec["status"] not in VERDICT_STATUSES:
+            raise SchemaError(f"records[{i}].status: expected one of {', '.join(VERDICT_STATUSES)}, "
+                              f"got {rec['status']!r}")
         turns = rec.get("turns")
         if turns is not None and (not isinstance(turns, list) or not turns or
                                   not all(isinstance(t, str) for t in turns) or turns[-1] != rec["response"]):
@@ -165,7 +175,8 @@ class Results:
         keys = [k for k in m if k.startswith(("pass@", "mean@", "maj@"))]
         lines = [head, "  " + "  ".join(f"{k}={m[k]:.4f}" for k in keys),
                  f"  length {m['length_unit']}: mean={m['length_mean']:.1f} median={m['length_median']:.1f}  "
-                 f"format_error_rate={m['format_error_rate']:.3f}  tokens={m['tokens_generated'] or 'n/a'}  "
+                 f"format_error_rate={m['format_error_rate']:.3f}  "
+                 f"unverifiable_rate={_rate(m.get('unverifiable_rate'))}  tokens={m['tokens_generated'] or 'n/a'}  "
                  f"flops={'n/a' if m['flops_estimate'] is None else format(m['flops_estimate'], '.3g')}",
                  f"  wall time {self.data['timing'].get('wall_time_s', 0):.1f}s"]
         n = cfg["n_samples"]
@@ -178,6 +189,10 @@ class Results:
             parts = ", ".join(f"{v}: {d['accuracy']:.3f} (n={d['n']})" for v, d in m[key].items())
             lines.append(f"  {key}: {parts}")
         return "\n".join(lines)
+
+
+def _rate(value: Any) -> str:
+    return "n/a" if value is None else f"{value:.3f}"  # n/a: a file from before the metric existed
 
 
 def atomic_write_json(path: Path, doc: Any) -> None:

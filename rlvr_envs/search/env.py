@@ -4,7 +4,8 @@
 (the observation, also appended to ``info["messages"]``), an answer ends the episode with its EM / F1 reward.
 ``info["trajectory"]`` is the whole response sequence so far (model turns and inserted blocks joined by blank lines,
 Search-R1 style) and ``info["retrieved_spans"]`` the ``[start, end)`` character spans of env-inserted text in it, so
-a trainer can mask retrieved text out of the loss.
+a trainer can mask retrieved text out of the loss. ``info["verdict"]`` is the outcome ("correct", "wrong",
+"unverifiable") once the episode ends and None while it is open.
 """
 
 from __future__ import annotations
@@ -146,7 +147,8 @@ class SearchEnv(gym.Env[str, str]):
         self._segments.append((obs, True))
         info = self._info(task)
         info.update(action=parsed.kind, query=parsed.text if parsed.kind == "search" else None, retrieved=retrieved,
-                    error=parsed.error, correct=False, parsed_answer=None, format_ok=parsed.kind == "search")
+                    error=parsed.error, correct=False, verdict=None, parsed_answer=None,
+                    format_ok=parsed.kind == "search")
         self._last_render = obs
         return obs, 0.0, False, False, info
 
@@ -156,7 +158,8 @@ class SearchEnv(gym.Env[str, str]):
         verdict = Verdict.failed(f"turn limit ({self.max_turns}) reached without an answer") if truncated \
             else self.score(task, turn)
         info = self._info(task)
-        info.update(correct=bool(verdict.correct), parsed_answer=verdict.parsed, format_ok=bool(verdict.format_ok),
+        info.update(correct=bool(verdict.correct), verdict=verdict.status, parsed_answer=verdict.parsed,
+                    format_ok=bool(verdict.format_ok),
                     verify_ms=WallTime((time.perf_counter() - start) * 1000.0), error=verdict.error,
                     answer=task.answer, action=kind, gold_recall=self._gold_recall(task))
         self._last_render = f"[{task.id}] correct={verdict.correct} parsed={verdict.parsed!r}"

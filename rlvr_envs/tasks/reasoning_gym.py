@@ -162,9 +162,11 @@ def make_scorer(source: ReasoningGymSource, timeout: float = DEFAULT_TIMEOUT):
         from rlvr_envs.verifiers.math import pool
 
         job = ("rg", source.task_name, config_json, source._seed, len(source), entry)
-        full, error = pool().check("", answer, timeout if warmed else max(timeout, WARM_UP_TIMEOUT), job=job)
+        full, error, unverifiable = pool().run("", answer, timeout if warmed else max(timeout, WARM_UP_TIMEOUT),
+                                               job=job)
         warmed = warmed or error is None
-        return Verdict(correct=full, reward=float(full), parsed=answer, error=error, format_ok=True)
+        return Verdict(correct=full, reward=float(full), parsed=answer, error=error, format_ok=True,
+                       unverifiable=unverifiable)
 
     return score
 

@@ -6,7 +6,8 @@ Each step parses the response's tool calls (``rlvr_envs.verifiers.calls``): if i
 observation is the tool results (``info["messages"]`` grows by the assistant turn and one ``tool`` message per call);
 a response without calls is the final answer and ends the episode with the task's reward. Turn and call caps end
 runaway episodes (``truncated=True``, reward 0). ``info`` always reports ``turn``, ``calls_made``, ``invalid_calls``,
-``failed_calls`` and ``plan_length``.
+``failed_calls`` and ``plan_length``; ``verdict`` is the outcome ("correct", "wrong", "unverifiable") once the episode
+ends (a capped episode is "wrong") and None while it is still open.
 
 This base lives in ``rlvr_envs/tools`` rather than ``core.py`` because core.py belongs to the lead; it depends only on
 core contracts and could move there unchanged.
@@ -22,7 +23,7 @@ from typing import Any
 
 import gymnasium as gym
 
-from rlvr_envs.core import Message, Task, TaskSource, Verdict, WallTime, render_messages, select_task_index
+from rlvr_envs.core import WRONG, Message, Task, TaskSource, Verdict, WallTime, render_messages, select_task_index
 from rlvr_envs.spaces import DEFAULT_MAX_CHARS, TextSpace
 from rlvr_envs.tools.sandbox import CallResult, error_result
 from rlvr_envs.verifiers.calls import ParsedCalls, ToolCall, parse_tool_calls
@@ -146,14 +147,15 @@ class ToolEnv(gym.Env[str, str], abc.ABC):
             capped = capped or streak
             info = self._info(task, truncated_response, start)
             info.update(tool_results=[r.status for r in results], final=False, correct=False, parsed_answer=None,
-                        format_ok=True, error=error, invalid_streak=self._invalid_streak)
+                        format_ok=True, error=error, invalid_streak=self._invalid_streak,
+                        verdict=WRONG if capped else None)
             if capped:
                 self._task = None
             return obs, 0.0, False, capped, info
         verdict, extra = self.finish(task, parsed.text, self._counts)
         self._task = None
         info = self._info(task, truncated_response, start)
-        info.update(final=True, correct=bool(verdict.correct), parsed_answer=verdict.parsed,
+        info.update(final=True, correct=bool(verdict.correct), verdict=verdict.status, parsed_answer=verdict.parsed,
                     format_ok=bool(verdict.format_ok), error=verdict.error, **extra)
         return "", float(verdict.reward), True, False, info
 

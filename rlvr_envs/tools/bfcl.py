@@ -18,7 +18,7 @@ from typing import Any
 from rlvr_envs.core import ListSource, Message, Task, TextEnv, Verdict
 from rlvr_envs.data import load_rows
 from rlvr_envs.tools.base import tools_system_prompt
-from rlvr_envs.verifiers.calls import ToolCall, match_bfcl, parse_tool_calls
+from rlvr_envs.verifiers.calls import ToolCall, UnverifiableGold, match_bfcl, parse_tool_calls
 
 CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance", "live_simple", "live_multiple")
 PREAMBLE = ("You are an expert in composing functions. You are given a question and a set of possible functions. "
@@ -82,8 +82,11 @@ def score_bfcl(task: Task, response: str) -> Verdict:
     category = task.metadata["category"]
     if parsed.errors and "irrelevance" not in category:
         return Verdict.failed(f"unparseable tool call: {parsed.errors[0]}", parsed=shown)
-    error = match_bfcl(parsed.calls, task.metadata["ground_truth"], task.metadata["functions"], category)
     format_ok = not parsed.errors
+    try:
+        error = match_bfcl(parsed.calls, task.metadata["ground_truth"], task.metadata["functions"], category)
+    except UnverifiableGold as exc:
+        return Verdict.could_not_verify(str(exc), parsed=shown, format_ok=format_ok)
     if error:
         return Verdict.failed(error, parsed=shown, format_ok=format_ok)
     return Verdict(correct=True, reward=1.0, parsed=shown, format_ok=format_ok)

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_envs.core import Message, Task, TaskSource, Verdict
+from rlvr_envs.core import UNVERIFIABLE, Message, Task, TaskSource, Verdict, verdict_status
 from rlvr_envs.tools.base import ToolEnv, tools_system_prompt
 from rlvr_envs.tools.sandbox import CallResult, Sandbox
 from rlvr_envs.tools.services import SERVICES, TOOLS
@@ -115,6 +115,14 @@ def answer_matches(expected: str, kind: str, text: str) -> tuple[bool, str | Non
     return candidate.rstrip(".").strip().lower() == expected.strip().lower(), candidate, bool(found)
 
 
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except (TypeError, ValueError):
+        return False
+    return True
+
+
 class ToolUseEnv(ToolEnv):
     def __init__(self, source: ToolUseSource | None = None, *, seed: int = 0, size: int = DEFAULT_SIZE,
                  min_steps: int = 1, max_steps: int = 4, services: Sequence[str] = SERVICES,
@@ -156,11 +164,17 @@ class ToolUseEnv(ToolEnv):
         assert self.sandbox is not None
         state_ok = self.sandbox.digest() == task.metadata["gold_digest"]
         kind = task.metadata["answer_kind"]
+        precision = min(1.0, task.metadata["plan_length"] / max(1, counts["calls_made"]))
         if kind == "none":
             answer_ok, parsed, format_ok = True, final_text.strip()[:200] or None, True
         else:
             answer_ok, parsed, format_ok = answer_matches(task.answer, kind, final_text)
-        precision = min(1.0, task.metadata["plan_length"] / max(1, counts["calls_made"]))
+        if state_ok and kind == "number" and not _is_number(task.answer):
+            # the answer decides, and the task has no number to compare it with; a wrong state would settle it
+            verdict = Verdict.could_not_verify(f"the task's expected answer {task.answer!r:.80} is not a number",
+                                               parsed=parsed, format_ok=format_ok)
+            return verdict, {"state_correct": state_ok, "answer_correct": None, "precision": precision,
+                             "answer": task.answer or None}
         correct = state_ok and answer_ok
         reward = (precision if self.precision_penalty else 1.0) if correct else 0.0
         error = None if correct else ("final state differs from the ground truth" if not state_ok else "wrong answer")
@@ -203,8 +217,10 @@ class ToolUseEnv(ToolEnv):
                     break
             else:
                 reward, info = 0.0, {**info, "correct": False, "error": "episode did not end"}
-            return Verdict(correct=bool(info["correct"]), reward=float(reward), parsed=info.get("parsed_answer"),
-                           error=info.get("error"), format_ok=bool(info.get("format_ok")))
+            correct = bool(info["correct"])
+            return Verdict(correct=correct, reward=float(reward), parsed=info.get("parsed_answer"),
+                           error=info.get("error"), format_ok=bool(info.get("format_ok")),
+                           unverifiable=verdict_status(correct, info.get("verdict")) == UNVERIFIABLE)
         finally:
             replay.close()
 

@@ -38,11 +38,19 @@ def _parse(text: str) -> list:
     return found
 
 
+class GoldError(ValueError):
+    """The reference side cannot be used (a gold answer Math-Verify cannot read, a generator that will not build):
+    the verdict is "unverifiable", not a wrong answer."""
+
+
 def check(gold: str, answer: str) -> bool:
     """Math-Verify equivalence of one gold answer and one extracted model answer (gold first: it is asymmetric)."""
-    gold_parsed = _parse(gold)
+    try:
+        gold_parsed = _parse(gold)
+    except Exception as exc:  # the gold, not the model's text, broke the parser
+        raise GoldError(f"Math-Verify failed on the gold answer {gold[:200]!r}: {type(exc).__name__}") from exc
     if not gold_parsed:
-        raise ValueError(f"Math-Verify could not parse the gold answer {gold[:200]!r}")
+        raise GoldError(f"Math-Verify could not parse the gold answer {gold[:200]!r}")
     return bool(verify(gold_parsed, _parse(answer), timeout_seconds=None))
 
 
@@ -67,7 +75,11 @@ def run_job(job: tuple, answer: str) -> bool:
     if job[0] != "rg":
         raise ValueError(f"unknown verifier job {job[0]!r}")
     _, task, config_json, seed, size, entry = job
-    return float(_rg_dataset(task, config_json, seed, size).score_answer(answer, entry)) >= 1.0
+    try:
+        dataset = _rg_dataset(task, config_json, seed, size)
+    except Exception as exc:  # the task's generator, not the answer, is broken
+        raise GoldError(f"reasoning-gym could not build {task!r}: {type(exc).__name__}: {str(exc)[:200]}") from exc
+    return float(dataset.score_answer(answer, entry)) >= 1.0
 
 
 def _limit_memory() -> None:
@@ -82,8 +94,9 @@ def _limit_memory() -> None:
 
 
 def serve(rx: Connection, tx: Connection) -> None:
-    """Worker main loop: receive ``(gold, answer, sleep_s)``, reply ``("result", correct, error)``; exit when the
-    pipe closes. It also says ``("ready", ..)`` once at start and ``("warm", ..)`` when the idle warm-up is done.
+    """Worker main loop: receive ``(gold, answer, sleep_s)``, reply ``("result", correct, error, unverifiable)``;
+    exit when the pipe closes. It also says ``("ready", ..)`` once at start and ``("warm", ..)`` when the idle
+    warm-up is done. ``unverifiable`` is True when the check could not decide (a gold it cannot read, out of memory).
 
     ``sleep_s`` is a test hook that simulates a hung computation (the parent must kill and replace the worker)."""
     _limit_memory()
@@ -103,13 +116,15 @@ def serve(rx: Connection, tx: Connection) -> None:
         if sleep_s:
             time.sleep(sleep_s)
         try:
-            reply = ("result", run_job(job[0], answer) if job and job[0] else check(gold, answer), None)
-        except MemoryError:
-            reply = ("result", False, "math-verify ran out of memory")
+            reply = ("result", run_job(job[0], answer) if job and job[0] else check(gold, answer), None, False)
+        except GoldError as exc:
+            reply = ("result", False, str(exc), True)
+        except MemoryError:  # the memory cap, like the wall-clock limit, stopped the check before it decided
+            reply = ("result", False, "math-verify ran out of memory", True)
         except RecursionError:
-            reply = ("result", False, "math-verify hit the recursion limit (input too deeply nested)")
+            reply = ("result", False, "math-verify hit the recursion limit (input too deeply nested)", False)
         except Exception as exc:  # any failure on model text is a wrong answer with a reason, never a crash
-            reply = ("result", False, f"math-verify error: {type(exc).__name__}: {str(exc)[:200]}")
+            reply = ("result", False, f"math-verify error: {type(exc).__name__}: {str(exc)[:200]}", False)
         try:
             tx.send(reply)
         except (EOFError, OSError):

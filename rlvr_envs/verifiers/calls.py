@@ -64,6 +64,11 @@ class CallSyntaxError(ValueError):
     pass
 
 
+class UnverifiableGold(ValueError):
+    """The possible answer cannot be checked against (it names a function the item does not document, or a parameter
+    type the checker does not know): the item's fault, not the response's, so the verdict is unverifiable."""
+
+
 # -- JSON format -----------------------------------------------------------------------------------------------------
 def _reject_constant(name: str) -> Any:
     raise CallSyntaxError(f"non-finite number {name} is not JSON")
@@ -298,7 +303,8 @@ def _list_dict_ok(value: list, options: Sequence[Any]) -> bool:
 def _param_error(name: str, value: Any, options: Sequence[Any], spec: Mapping[str, Any]) -> str | None:
     type_name = spec.get("type", "any")
     if type_name not in _PY_TYPES:
-        return f"unsupported parameter type {type_name!r}"
+        raise UnverifiableGold(f"the function documents parameter {name!r} with type {type_name!r}, which the "
+                               "checker does not support")
     expected = _PY_TYPES[type_name]
     nested = None
     if type_name in ("array", "tuple"):
@@ -325,7 +331,8 @@ def _param_error(name: str, value: Any, options: Sequence[Any], spec: Mapping[st
 
 
 def call_error(call: ToolCall, function: Mapping[str, Any], expected: Mapping[str, Sequence[Any]]) -> str | None:
-    """Why ``call`` does not match one ground-truth call (``expected``: parameter -> acceptable values), or None."""
+    """Why ``call`` does not match one ground-truth call (``expected``: parameter -> acceptable values), or None.
+    Raises ``UnverifiableGold`` for a parameter type the checker does not support."""
     if call.name != function["name"]:
         return f"wrong function {call.name!r} (expected {function['name']!r})"
     params = function.get("parameters", {})
@@ -347,7 +354,9 @@ def call_error(call: ToolCall, function: Mapping[str, Any], expected: Mapping[st
 
 def match_bfcl(calls: Sequence[ToolCall], ground_truth: Sequence[Mapping[str, Any]],
                functions: Sequence[Mapping[str, Any]], category: str) -> str | None:
-    """None when ``calls`` match the possible answer of a BFCL item, else the first reason they do not."""
+    """None when ``calls`` match the possible answer of a BFCL item, else the first reason they do not.
+
+    Raises ``UnverifiableGold`` when the item's own answer cannot be checked against (see there)."""
     if "irrelevance" in category:
         return None if not calls else f"expected no call, got {len(calls)}"
     if len(calls) != len(ground_truth):
@@ -359,7 +368,7 @@ def match_bfcl(calls: Sequence[ToolCall], ground_truth: Sequence[Mapping[str, An
             (fname, expected), = gt.items()
             function = by_name.get(fname)
             if function is None:
-                return f"possible answer names an undocumented function {fname!r}"
+                raise UnverifiableGold(f"possible answer names an undocumented function {fname!r}")
             errors = []
             for i in unmatched:
                 err = call_error(calls[i], function, expected)
@@ -373,5 +382,5 @@ def match_bfcl(calls: Sequence[ToolCall], ground_truth: Sequence[Mapping[str, An
     (fname, expected), = ground_truth[0].items()
     function = by_name.get(fname)
     if function is None:
-        return f"possible answer names an undocumented function {fname!r}"
+        raise UnverifiableGold(f"possible answer names an undocumented function {fname!r}")
     return call_error(calls[0], function, expected)

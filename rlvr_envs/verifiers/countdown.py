@@ -18,6 +18,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import Any
 
 from rlvr_envs.core import Verdict
 from rlvr_envs.extract import extract_answer
@@ -128,8 +129,25 @@ def evaluate_expression(expr: str, numbers: Sequence[int]) -> Fraction:
     return value
 
 
+def _task_error(numbers: Any, target: Any) -> str | None:
+    """Why the task itself cannot be graded (numbers or target that are not integers, no numbers), or None: what
+    ``verify`` would otherwise fail on while reading the task rather than the response."""
+    try:
+        int(target)
+        given = [int(n) for n in numbers]
+    except (TypeError, ValueError):
+        given = []
+    if given:
+        return None
+    return f"the task is malformed (numbers {numbers!r:.80}, target {target!r:.40}): nothing to grade against"
+
+
 def verify(numbers: Sequence[int], target: int, response: str) -> Verdict:
-    """Grade ``response``'s final expression (see the module docstring). Never raises for any response text."""
+    """Grade ``response``'s final expression (see the module docstring). Never raises for any response text; a
+    malformed task (non-integer numbers or target) is unverifiable, not a wrong answer."""
+    task_error = _task_error(numbers, target)
+    if task_error:
+        return Verdict.could_not_verify(task_error)
     try:
         answer, style = extract_answer(response, styles=("answer_tag", "boxed"))
     except RecursionError:  # extraction is iterative; this is belt and braces for pathological text

@@ -19,7 +19,7 @@ How a response is graded
 3. Fast path, no subprocess: the normalized strings are equal (layout such as ``\\left``, ``\\,``, ``\\dfrac``, spaces
    and one outer brace group ignored), or both sides are plain exact numbers (integers with or without ``1,000``
    grouping, decimals, ``a/b``, ``\\frac{a}{b}``) that compare equal as rationals. Two different plain integers are
-   wrong without asking Math-Verify. Settled Math-Verify outcomes are also cached per (gold, answer).
+   wrong without asking Math-Verify.
 4. Guards before Math-Verify: an answer nested deeper than ``MAX_BRACE_DEPTH`` (50) braces is a format error; when
    the gold is not a relation, an inequality or a negation (``\\ge 42``, ``\\neg 42``) is wrong, and in an equation
    (``7 = 42``) every side but a leading named one (``x = ...``) must equal the gold, since Math-Verify alone grades
@@ -27,11 +27,23 @@ How a response is graded
 5. Everything else goes to Math-Verify (``parse`` gold first, then the answer, each wrapped in ``\\boxed{}``;
    ``verify(gold, answer)``) in a small pool of worker processes. Math-Verify's own ``signal.alarm`` timeouts only
    work on the main thread, so they are off; instead each call has a hard wall-clock limit: a worker that runs past
-   it (or crashes) is killed and replaced, and the call returns ``correct=False`` with an ``error``. The limit covers
+   it (or crashes) is killed and replaced, and the call returns an *unverifiable* verdict (``correct=False``,
+   reward 0, ``status == "unverifiable"``) with an ``error``; so does a gold answer Math-Verify cannot read, a worker
+   that runs out of memory, or no free worker within the limit. The limit covers
    the wait for a free worker too, so ``verify`` returns within ``timeout`` plus a few ms from any thread (the very
    first call also pays the one-off pool start-up, ~1 s; ``pool().start()`` pays it up front, ``close_pool()`` stops
    the workers). Workers are fresh ``python -I`` processes (not ``multiprocessing``): the caller's ``__main__`` is
    never re-imported, and they work inside daemonic processes such as ``AsyncVectorEnv`` workers.
+6. Verification cache: what the relation rules of step 4 and Math-Verify settle (correct or wrong, never
+   unverifiable: a timeout may pass on a less loaded machine, so it is retried) is kept per (gold, extracted answer)
+   in a bounded in-process LRU, so the rollouts of a GRPO group that repeat an answer ask Math-Verify once, even when
+   they are graded at the same time (lookups are single-flight). The key is the extracted answer with
+   surrounding whitespace stripped, not the fast path's looser normalization: that one also eats the ``\\ `` of a
+   matrix row break (``\\begin{pmatrix} -2 \\\\ -14 \\end{pmatrix}`` becomes ``...-2\\-14...``, which Math-Verify
+   grades wrong against the MATH-500 gold it came from), and a key that merged such answers would make a verdict
+   depend on which form was checked first. ``cache_info()`` counts hits and misses, ``cache_clear()``
+   empties it, ``configure_cache(maxsize)`` resizes it (0 disables it; ``RLVR_VERIFY_CACHE_SIZE`` sets the
+   starting size, default ``CACHE_SIZE``).
 ``verify`` never raises on model text; it raises ``ValueError`` only for a non-positive timeout.
 """
 
@@ -50,6 +62,7 @@ from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from fractions import Fraction
 from multiprocessing.connection import Connection
+from typing import NamedTuple
 
 from rlvr_envs.core import Verdict
 from rlvr_envs.extract import BOXED_MARKER, _braced, after_hashes, answer_is, answer_tag, boxed_spans
@@ -62,6 +75,8 @@ HEDGE_GAP_CHARS = 40
 MAX_BRACE_DEPTH = 50
 POOL_SIZE = 2  # default; RLVR_MATH_WORKERS overrides it (say 1 per env process inside an AsyncVectorEnv)
 WORKER_START_TIMEOUT = 120.0  # seconds a fresh worker may take to import SymPy on a loaded machine
+CACHE_SIZE = 32_768  # cached (gold, answer) outcomes; RLVR_VERIFY_CACHE_SIZE overrides it (0: no cache)
+CACHE_MAX_KEY_CHARS = 1_000  # longer (gold + answer) pairs are not cached: rare, and they would dominate the memory
 
 _WORKER_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_math_worker.py")
 _WORD = re.compile(r"[^\W\d_]+")
@@ -255,6 +270,14 @@ class _Worker:
         self.rx.close()
 
 
+class CheckResult(NamedTuple):
+    """One worker check: Math-Verify's ``correct``, the ``error`` text if any, and whether it could not decide."""
+
+    correct: bool
+    error: str | None
+    unverifiable: bool
+
+
 class _Waiter:
     """A caller queued for a worker: ``_put_back`` hands workers to waiters first come, first served."""
 
@@ -330,35 +353,44 @@ class VerifierPool:
             return
         warnings.warn(f"math verifier: could not replace a worker ({error}); pool shrinks", stacklevel=1)
 
-    def check(self, gold: str, answer: str, timeout: float, *, _test_sleep: float = 0.0,
-              job: tuple | None = None) -> tuple[bool, str | None]:
-        """``(correct, error)`` from Math-Verify within a hard wall-clock ``timeout`` (seconds), wait included.
+    def run(self, gold: str, answer: str, timeout: float, *, _test_sleep: float = 0.0,
+            job: tuple | None = None) -> CheckResult:
+        """Math-Verify's verdict on ``answer`` against ``gold`` within a hard wall-clock ``timeout`` (seconds), the
+        wait for a free worker included. ``unverifiable`` is set when no verdict came back in time or at all (timeout,
+        worker crash, no free worker, out of memory) or the gold cannot be read.
 
         ``job`` runs another verifier's untrusted-input scoring in the same killable workers instead (see
-        ``_math_worker.run_job``)."""
+        ``_math_worker.run_job``). ``_test_sleep`` makes the worker hang that long first (tests of the kill path)."""
         self.start()
         deadline = time.monotonic() + timeout
         while True:
             worker = self._acquire(deadline)
             if worker is None:
-                return False, f"verifier busy: no free worker within {timeout:g} s"
+                return CheckResult(False, f"verifier busy: no free worker within {timeout:g} s", True)
             if worker.proc.poll() is None:
                 break
             self._discard(worker)  # died while idle (killed from outside, OOM): take another
         try:
             worker.tx.send((gold, answer, _test_sleep, job))
             while worker.rx.poll(max(0.0, deadline - time.monotonic())):
-                kind, correct, error = worker.rx.recv()
-                if kind == "warm":  # the idle warm-up finished just before our request arrived
+                reply = worker.rx.recv()
+                if reply[0] == "warm":  # the idle warm-up finished just before our request arrived
                     worker.warm = True
                     continue
+                _, correct, error, unverifiable = reply
                 self._put_back(worker)
-                return bool(correct), error
+                return CheckResult(bool(correct) and not unverifiable, error, bool(unverifiable))
             error = f"math-verify timed out after {timeout:g} s (worker killed and replaced)"
         except (EOFError, OSError) as exc:
             error = f"math-verify worker died ({type(exc).__name__}, exit code {worker.proc.poll()}); replaced"
         self._discard(worker)
-        return False, error
+        return CheckResult(False, error, True)
+
+    def check(self, gold: str, answer: str, timeout: float, *, _test_sleep: float = 0.0,
+              job: tuple | None = None) -> tuple[bool, str | None]:
+        """``(correct, error)`` of ``run`` (for callers that do not tell unverifiable from wrong)."""
+        result = self.run(gold, answer, timeout, _test_sleep=_test_sleep, job=job)
+        return result.correct, result.error
 
     def _discard(self, worker: _Worker) -> None:
         worker.kill()
@@ -406,36 +438,121 @@ def pool() -> VerifierPool:
         return _POOL
 
 
-class _VerdictCache:
-    """LRU of Math-Verify outcomes per (gold, answer): the rollouts of a GRPO group repeat the same answers."""
+class CacheInfo(NamedTuple):
+    """Counters of the verification cache (the shape of ``functools.lru_cache``'s ``cache_info()``)."""
 
-    def __init__(self, size: int = 32_768, max_key_chars: int = 1_000):
-        self.size, self.max_key_chars = size, max_key_chars
-        self._data: OrderedDict[tuple[str, str], bool] = OrderedDict()
+    hits: int
+    misses: int
+    maxsize: int
+    currsize: int
+
+
+_Outcome = tuple[bool, str | None]  # a settled check: (correct, error)
+
+
+class _VerdictCache:
+    """A thread-safe LRU of settled outcomes ``(correct, error)`` per (gold, answer): the rollouts of a GRPO group
+    repeat the same answers. ``maxsize`` 0 disables it (lookups then neither hit nor count).
+
+    Lookups are single-flight: ``claim`` hands a missing key to one caller, which verifies it and ``settle``s it;
+    concurrent callers with the same key (``verify_many`` grades a whole group at once) wait for that outcome
+    instead of asking Math-Verify again, and count as hits when it arrives. An outcome settled as None (unverifiable)
+    is not stored, and a waiter then claims the key and verifies it itself."""
+
+    def __init__(self, maxsize: int = CACHE_SIZE, max_key_chars: int = CACHE_MAX_KEY_CHARS):
+        self.maxsize, self.max_key_chars = _check_size(maxsize), max_key_chars
+        self.hits = self.misses = 0
+        self._data: OrderedDict[tuple[str, str], _Outcome] = OrderedDict()
+        self._pending: dict[tuple[str, str], threading.Event] = {}
         self._lock = threading.Lock()
 
-    def get(self, key: tuple[str, str]) -> bool | None:
-        with self._lock:
-            if key in self._data:
-                self._data.move_to_end(key)
-                return self._data[key]
-        return None
+    def claim(self, key: tuple[str, str], deadline: float | None = None) -> tuple[_Outcome | None, bool]:
+        """``(outcome, claimed)``: a cached outcome (a hit), or None and whether the caller now owns the key (it must
+        then call ``settle``). Waits for another caller verifying the same key until ``deadline`` (monotonic)."""
+        while True:
+            with self._lock:
+                if not self.maxsize:
+                    return None, False
+                found = self._data.get(key)
+                if found is not None:
+                    self.hits += 1
+                    self._data.move_to_end(key)
+                    return found, False
+                cacheable = len(key[0]) + len(key[1]) <= self.max_key_chars
+                pending = self._pending.get(key) if cacheable else None
+                if pending is None:
+                    self.misses += 1
+                    if cacheable:
+                        self._pending[key] = threading.Event()
+                    return None, cacheable
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            if not pending.wait(left):
+                with self._lock:
+                    self.misses += 1
+                return None, False  # out of time while another caller verifies: the caller's own deadline decides
 
-    def put(self, key: tuple[str, str], value: bool) -> None:
-        if len(key[0]) + len(key[1]) > self.max_key_chars:
-            return
+    def settle(self, key: tuple[str, str], outcome: _Outcome | None) -> None:
+        """Finish a claimed key: store ``outcome`` (None: unverifiable, not stored) and wake its waiters."""
         with self._lock:
-            self._data[key] = value
-            self._data.move_to_end(key)
-            while len(self._data) > self.size:
+            if outcome is not None and self.maxsize:
+                self._data[key] = outcome
+                self._data.move_to_end(key)
+                while len(self._data) > self.maxsize:
+                    self._data.popitem(last=False)
+            event = self._pending.pop(key, None)
+        if event is not None:
+            event.set()
+
+    def resize(self, maxsize: int) -> int:
+        with self._lock:
+            old, self.maxsize = self.maxsize, _check_size(maxsize)
+            while len(self._data) > self.maxsize:
                 self._data.popitem(last=False)
+            return old
+
+    def info(self) -> CacheInfo:
+        with self._lock:
+            return CacheInfo(self.hits, self.misses, self.maxsize, len(self._data))
 
     def clear(self) -> None:
         with self._lock:
             self._data.clear()
+            self.hits = self.misses = 0
 
 
-_CACHE = _VerdictCache()
+def _check_size(maxsize: int) -> int:
+    if isinstance(maxsize, bool) or not isinstance(maxsize, int) or maxsize < 0:
+        raise ValueError(f"cache size must be an int >= 0 (0 disables the cache), got {maxsize!r}")
+    return maxsize
+
+
+def _default_cache_size() -> int:
+    raw = os.environ.get("RLVR_VERIFY_CACHE_SIZE", "").strip()
+    if not raw:
+        return CACHE_SIZE
+    try:
+        return _check_size(int(raw))
+    except ValueError:
+        raise ValueError(f"RLVR_VERIFY_CACHE_SIZE must be an integer >= 0 (0 disables the cache), got {raw!r}") \
+            from None
+
+
+_CACHE = _VerdictCache(_default_cache_size())
+
+
+def cache_info() -> CacheInfo:
+    """Hits, misses, size limit and current size of this process's verification cache (see the module doc, 6)."""
+    return _CACHE.info()
+
+
+def cache_clear() -> None:
+    """Forget every cached outcome and zero the hit and miss counters."""
+    _CACHE.clear()
+
+
+def configure_cache(maxsize: int) -> int:
+    """Set the cache's size limit (entries; 0 disables it, dropping what it holds); returns the previous limit."""
+    return _CACHE.resize(maxsize)
 
 
 def close_pool() -> None:
@@ -457,7 +574,10 @@ def verify(gold: str, response: str, *, timeout: float = 5.0, fast_path: bool = 
     ``fast_path=False`` sends every extracted answer to Math-Verify (for tests and benchmarks)."""
     if not timeout > 0:
         raise ValueError(f"timeout must be positive, got {timeout!r}")
-    if not isinstance(response, str) or not isinstance(gold, str):
+    if not isinstance(gold, str):  # nothing to grade against: the task, not the response, is at fault
+        return Verdict.could_not_verify(f"gold and response must be str, got {type(gold).__name__}, "
+                                        f"{type(response).__name__}")
+    if not isinstance(response, str):
         return Verdict.failed(f"gold and response must be str, got {type(gold).__name__}, {type(response).__name__}")
     answer, format_error = _extract(response[-MAX_RESPONSE_CHARS:])
     if answer is None:
@@ -467,39 +587,52 @@ def verify(gold: str, response: str, *, timeout: float = 5.0, fast_path: bool = 
 
 def verify_answer(gold: str, answer: str, *, timeout: float = 5.0, fast_path: bool = True) -> Verdict:
     """Grade an already extracted final answer against ``gold``: ``verify`` without the extraction and the
-    answer-spam checks (steps 3-5 of the module docstring)."""
+    answer-spam checks (steps 3-6 of the module docstring)."""
     if not timeout > 0:
         raise ValueError(f"timeout must be positive, got {timeout!r}")
-    if not isinstance(answer, str) or not isinstance(gold, str):
+    if not isinstance(gold, str):
+        return Verdict.could_not_verify(f"gold and answer must be str, got {type(gold).__name__}, "
+                                        f"{type(answer).__name__}")
+    if not isinstance(answer, str):
         return Verdict.failed(f"gold and answer must be str, got {type(gold).__name__}, {type(answer).__name__}")
     if len(answer) > MAX_ANSWER_CHARS:
         return Verdict.failed(f"final answer longer than {MAX_ANSWER_CHARS} characters", parsed=answer[:200])
     gold = gold[:MAX_ANSWER_CHARS]
+    if not gold.strip():
+        return Verdict.could_not_verify("the gold answer is empty", parsed=answer, format_ok=True)
     fast = _fast(gold, answer) if fast_path else None
     if fast is not None:
         return Verdict(correct=fast, reward=float(fast), parsed=answer, format_ok=True)
     if _brace_depth(answer) > MAX_BRACE_DEPTH:
         return Verdict.failed(f"final answer nested deeper than {MAX_BRACE_DEPTH} braces", parsed=answer[:200])
-    parts, rule_error = _graded_parts(gold, answer)
-    if rule_error:
-        return Verdict(correct=False, reward=0.0, parsed=answer, error=rule_error, format_ok=True)
-    key = (gold, answer)
-    cached = _CACHE.get(key)
+    deadline = time.monotonic() + timeout  # covers a wait for another thread verifying the same pair, too
+    key = (gold, answer.strip())  # surrounding whitespace changes nothing below (see the module doc, 6)
+    cached, claimed = _CACHE.claim(key, deadline)
     if cached is not None:
-        return Verdict(correct=cached, reward=float(cached), parsed=answer, format_ok=True)
-    deadline = time.monotonic() + timeout
-    correct, error = False, None
-    for part in parts:  # every part must be right; one deadline for all of them
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            correct, error = False, f"math-verify timed out after {timeout:g} s"
-            break
-        correct, error = pool().check(gold, part, remaining)
-        if not correct:
-            break
-    if error is None:  # only settled answers: a timeout may pass on a less loaded machine
-        _CACHE.put(key, correct)
-    return Verdict(correct=correct, reward=float(correct), parsed=answer, error=error, format_ok=True)
+        correct, error = cached
+        return Verdict(correct=correct, reward=float(correct), parsed=answer, error=error, format_ok=True)
+    outcome = None  # stays None for an unverifiable check: a timeout may pass on a less loaded machine, so retry it
+    try:
+        parts, rule_error = _graded_parts(gold, answer)
+        if rule_error:
+            outcome = (False, rule_error)
+            return Verdict(correct=False, reward=0.0, parsed=answer, error=rule_error, format_ok=True)
+        correct, error, unverifiable = False, None, False
+        for part in parts:  # every part must be right; one deadline for all of them
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                correct, error, unverifiable = False, f"math-verify timed out after {timeout:g} s", True
+                break
+            correct, error, unverifiable = pool().run(gold, part, remaining)
+            if not correct:
+                break
+        if not unverifiable:
+            outcome = (correct, error)
+        return Verdict(correct=correct, reward=float(correct), parsed=answer, error=error, format_ok=True,
+                       unverifiable=unverifiable)
+    finally:
+        if claimed:  # also on an exception: waiters must not wait for an outcome that never comes
+            _CACHE.settle(key, outcome)
 
 
 def same_answer(a: str, b: str, *, timeout: float = 5.0) -> bool:

@@ -61,11 +61,20 @@ def best_score(prediction: str, golds: str | Sequence[str], metric: str = "em") 
 
 
 def verify(gold: str | Sequence[str], response: str, *, metric: str = "em") -> Verdict:
-    """Score the last ``<answer>`` of ``response``. ``correct`` means exact match, whatever the reward metric."""
+    """Score the last ``<answer>`` of ``response``. ``correct`` means exact match, whatever the reward metric.
+
+    Unverifiable (reward 0) when no gold alias is usable: none given, or every one normalizes to nothing (a gold of
+    only articles and punctuation would be matched by an empty answer alone)."""
+    if metric not in METRICS:
+        raise ValueError(f"unknown QA metric {metric!r}; known: {METRICS}")
     parsed = answer_tag(response)
     if parsed is None:
         return Verdict.failed("no <answer>...</answer> in the response")
     parsed = parsed[:MAX_ANSWER_CHARS]
+    golds = [gold] if isinstance(gold, str) else list(gold)
+    if not any(isinstance(g, str) and normalize_answer(g) for g in golds):
+        return Verdict.could_not_verify(f"no usable gold answer to score against ({golds[:3]!r})", parsed=parsed,
+                                        format_ok=True)
     reward = best_score(parsed, gold, metric)
     correct = best_score(parsed, gold, "em") == 1.0
     return Verdict(correct=correct, reward=reward, parsed=parsed, format_ok=True)
