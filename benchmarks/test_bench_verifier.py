@@ -11,42 +11,17 @@ best time kept; caches are cleared between runs). ``RLVR_BENCH_N`` problems (def
 import json
 import logging
 import os
-import re
 import time
 from pathlib import Path
 
 import pytest
+from math_variants import equivalent_form, replace_last_box
 
 from rlvr_envs.verifiers._math_worker import WARM_UP
 from rlvr_envs.verifiers.math import _extract, _fast, close_pool, pool, verify, verify_many
 
 N_PROBLEMS = int(os.environ.get("RLVR_BENCH_N", "200"))
 ROUNDS = int(os.environ.get("RLVR_BENCH_ROUNDS", "2"))
-_FRAC = re.compile(r"^\\frac\{(\d+)\}\{(\d+)\}$")
-
-
-def equivalent_form(answer: str) -> str:
-    """The same value written differently (what a model might write instead of the reference form)."""
-    a = answer.strip()
-    if re.fullmatch(r"-?\d+", a):
-        n = int(a)
-        return f"{n:,}" if abs(n) >= 1000 else f"{n}.0"
-    if m := _FRAC.match(a):
-        return f"{m.group(1)}/{m.group(2)}"
-    if "\\frac" in a:
-        return a.replace("\\frac", "\\dfrac")
-    return a.replace(",", ", ").replace("(", "\\left(").replace(")", "\\right)") if "(" in a else f"{{{a}}}"
-
-
-def replace_last_box(solution: str, new: str) -> str:
-    i = solution.rfind("\\boxed{")
-    depth, j = 0, i + len("\\boxed")
-    while j < len(solution):
-        depth += {"{": 1, "}": -1}.get(solution[j], 0)
-        j += 1
-        if depth == 0:
-            break
-    return solution[:i] + f"\\boxed{{{new}}}" + solution[j:]
 
 
 def build_pairs(rows: list[dict]) -> list[tuple[str, str, str, bool]]:

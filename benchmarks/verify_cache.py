@@ -33,7 +33,6 @@ import argparse
 import json
 import os
 import platform
-import re
 import statistics
 import sys
 import time
@@ -45,24 +44,10 @@ import numpy as np
 if __name__ == "__main__" and __package__ in (None, ""):
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # run from a checkout without installing
 
-_FRAC = re.compile(r"^\\frac\{(\d+)\}\{(\d+)\}$")
+from math_variants import equivalent_form, replace_last_box  # noqa: E402  (benchmarks/, the script's folder)
+
 FILLERS = ("", "Let me double-check this. ", "Checking the arithmetic once more, everything is consistent. ",
            "So, putting it all together: ")
-
-
-def equivalent_form(gold: str) -> str:
-    """The gold value written another way a model might write it."""
-    a = gold.strip()
-    if re.fullmatch(r"-?\d+", a):
-        n = int(a)
-        return f"{n:,}" if abs(n) >= 1000 else f"{n}.0"
-    if m := _FRAC.match(a):
-        return f"{m.group(1)}/{m.group(2)}"
-    if "\\frac" in a:
-        return a.replace("\\frac", "\\dfrac")
-    if "(" in a:
-        return a.replace("(", "\\left(").replace(")", "\\right)")
-    return f"{{{a}}}"
 
 
 def perturbed(gold: str) -> str:
@@ -72,22 +57,6 @@ def perturbed(gold: str) -> str:
         return f"-{gold}" if not gold.startswith("-") else gold[1:]
     i = digits[-1]
     return gold[:i] + str((int(gold[i]) + 1) % 10) + gold[i + 1:]
-
-
-def replace_last_box(solution: str, new: str | None) -> str:
-    """``solution`` with its last ``\\boxed{...}`` holding ``new`` (``None``: the box is cut off, no final answer)."""
-    i = solution.rfind("\\boxed{")
-    if i < 0:
-        return solution if new is None else f"{solution}\n\nThe final answer is $\\boxed{{{new}}}$."
-    depth, j = 0, i + len("\\boxed")
-    while j < len(solution):
-        depth += {"{": 1, "}": -1}.get(solution[j], 0)
-        j += 1
-        if depth == 0:
-            break
-    if new is None:
-        return solution[:i].rstrip()
-    return solution[:i] + f"\\boxed{{{new}}}" + solution[j:]
 
 
 def build_rollouts(tasks: list[Any], group: int, seed: int) -> list[list[tuple[str, str, str]]]:
