@@ -91,6 +91,11 @@ declare(Comparison(
 declare(Comparison(
     method="saturated", baseline="dapo", metric="rollouts_per_useful_group", direction="lower", lane="smollm2",
     seeds=(0, 1), overrides=("steps=10", "train_pool=64"),
+    known_result=(
+        "smollm2 lane, 10 steps on 64 tasks, seeds 0-1 (commit 3eed174 runs): 14.18 vs 18.79 rollouts per group with "
+        "reward variance, diff -4.61 [95% Student-t over 2 seeds -28.15, +18.92]: inconclusive (per seed 14.63 vs "
+        "17.39, 13.73 vs 20.20: lower on both seeds, but two seeds cannot bound it); final greedy accuracy 0.318 vs "
+        "0.335"),
     claim="the micro-lane result confirmed on the real-model lane (SmolLM2-135M, Arithmetic): fewer rollouts per group "
           "with signal than DAPO. 10 steps on the first 64 tasks: 80 draws plus up to 2 refill "
           "rounds a step, so each prompt recurs 1-4 times and the predictor has history to use"))
