@@ -31,19 +31,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _turn_spans(mask: list[bool]) -> list[tuple[int, int]]:
-    spans, k = [], 0
-    while k < len(mask):
-        if mask[k]:
-            start = k
-            while k < len(mask) and mask[k]:
-                k += 1
-            spans.append((start, k))
-        else:
-            k += 1
-    return spans
-
-
 def _worker(mode: str, model: str, episodes: int, queue: mp.Queue) -> None:
     sys.path.insert(0, str(ROOT))
     import gymnasium as gym
@@ -55,6 +42,7 @@ def _worker(mode: str, model: str, episodes: int, queue: mp.Queue) -> None:
     from agents.grpo.registry import build
     from agents.grpo.sft import demonstrations
     from agents.policy.engine import HFEngine, SamplingParams
+    from agents.policy.episodes import turn_spans
     from agents.policy.models import load_policy
 
     policy = load_policy(model)
@@ -63,7 +51,7 @@ def _worker(mode: str, model: str, episodes: int, queue: mp.Queue) -> None:
     engine = HFEngine(policy, ignore_eos=True, precision="fp32")
     t0 = time.perf_counter()
     if mode == "multi":
-        spans = [_turn_spans(s.mask) for s in streams]
+        spans = [turn_spans(s.mask) for s in streams]
         for t in range(max(len(sp) for sp in spans)):
             rows = [k for k, sp in enumerate(spans) if t < len(sp)]
             prompts = [streams[k].prompt_ids + streams[k].ids[: spans[k][t][0]] for k in rows]

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from agents.grpo.batch import Sample
+from agents.policy.episodes import turn_spans
 from rlvr_envs.core import TextEnv
 from rlvr_envs.harness.evaluate import MAX_TURNS, EnvPool, Episode, run_episodes
 
@@ -50,16 +51,9 @@ def model_turn_lengths(samples: Sequence[Sample]) -> tuple[list[int], list[int]]
     prefix, turn = [], []
     for s in samples:
         mask = list(s.token_mask) if s.token_mask is not None else [True] * len(s.response_ids)
-        k = 0
-        while k < len(mask):
-            if not mask[k]:
-                k += 1
-                continue
-            start = k
-            while k < len(mask) and mask[k]:
-                k += 1
+        for start, end in turn_spans(mask):
             prefix.append(len(s.prompt_ids) + start)
-            turn.append(k - start)
+            turn.append(end - start)
     return prefix, turn
 
 

@@ -387,8 +387,6 @@ class Trainer:
                        ) -> ContextStats:
         """Student statistics of ``rows`` with gradients, and the teacher's under ``teacher`` prompts (a loss that
         distills from the policy reading a privileged context: ``loss.teacher_prompt_ids``)."""
-        if len(teacher) != len(rows):
-            raise ValueError(f"{loss_fn.name}: teacher_prompt_ids gave {len(teacher)} prompts for {len(rows)} rows")
         self.flops["training"] += self.flop_model.training(
             [len(p) for p in teacher], [len(batch.response_ids[i]) for i in rows], passes=0, no_grad_passes=1)
         return context_stats(self.model, [batch.prompt_ids[i] for i in rows], teacher,

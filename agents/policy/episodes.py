@@ -84,6 +84,20 @@ class TokenEpisode:
         return delta
 
 
+def turn_spans(mask: Sequence[bool]) -> list[tuple[int, int]]:
+    """``[start, end)`` of each run of model tokens (each model turn) in a stream's mask."""
+    spans, start = [], None
+    for k, m in enumerate(mask):
+        if m and start is None:
+            start = k
+        elif not m and start is not None:
+            spans.append((start, k))
+            start = None
+    if start is not None:
+        spans.append((start, len(mask)))
+    return spans
+
+
 def end_token_text(tokenizer: Any, token_id: int, end_ids: set[int]) -> str:
     """The text of ``token_id`` when it ends a turn (an EOS / end-of-turn id), else ""."""
     if int(token_id) not in end_ids:
