@@ -1,4 +1,5 @@
-"""Where data comes from: ``data_dir=`` kwarg > ``RLVR_DATA_DIR`` > Hugging Face ``datasets`` > a clear error.
+"""Where data comes from: ``data_dir=`` kwarg > ``RLVR_DATA_DIR`` > Hugging Face ``datasets`` (the ``[hub]`` extra) >
+a clear error.
 
 Files are JSON lines laid out as ``<data_dir>/<family>/<file>.jsonl`` (e.g. ``math/test.jsonl``); the content hash of
 the file read becomes part of every results file's provenance.
@@ -14,6 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from rlvr_envs.extras import require
 
 ENV_VAR = "RLVR_DATA_DIR"
 
@@ -78,8 +81,8 @@ def load_rows(relpath: str, *, data_dir: str | os.PathLike | None = None,
         tried.append(str(path))
     if hf is not None and _hub_allowed():
         try:
-            import datasets
-
+            # datasets is the [hub] extra: the local data directory, the usual path, needs none of it.
+            datasets = require("datasets", "hub", f"loading {hf.path!r} from the Hugging Face hub")
             ds = datasets.load_dataset(hf.path, hf.name, split=hf.split)
             rows = [hf.convert(dict(r)) if hf.convert else dict(r) for r in ds]
             return rows, f"hf:{hf.path}:{getattr(ds, '_fingerprint', '')}", f"hf://{hf.path}/{hf.split}"

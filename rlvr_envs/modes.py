@@ -221,9 +221,11 @@ def cut_tokens(text: str, cap: int, tokenizer: Any) -> tuple[str, int]:
 def _load_tokenizer(spec: Any) -> Any:
     if spec is None or not isinstance(spec, str):
         return spec
-    from transformers import AutoTokenizer  # heavy: only when token caps are asked for
+    from rlvr_envs.extras import require
 
-    return AutoTokenizer.from_pretrained(spec)
+    # heavy: imported only when token caps name a tokenizer
+    transformers = require("transformers", "agents", f"rlvr/Modes-v0 with tokenizer={spec!r}")
+    return transformers.AutoTokenizer.from_pretrained(spec)
 
 
 class ModesWrapper(gym.Wrapper):

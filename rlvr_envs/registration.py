@@ -2,26 +2,33 @@
 
 ``import rlvr_envs`` registers each row with Gymnasium under the ``rlvr/`` namespace; ``gymnasium.make(
 "rlvr_envs:rlvr/MATH-v0")`` works without the import because Gymnasium imports the module named before the colon.
-A dataset fix or a changed verifier adds a new version (``-v1``) row; old rows keep their behaviour.
+A dataset fix or a changed verifier adds a new version (``-v1``) row; old rows keep their behaviour. Rows with an
+``extra`` need ``pip install 'rlvr-envs[EXTRA]'``; rows from other distributions come through the ``rlvr_envs.envs``
+entry point (``rlvr_envs/plugins.py``).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import gymnasium as gym
+
+PACKAGE = "rlvr-envs"
 
 
 @dataclass(frozen=True)
 class EnvEntry:
     id: str
-    entry_point: str
+    entry_point: str | Callable[..., gym.Env]  # "module:attr" (imported at gymnasium.make) or the callable itself
     source: str  # where the tasks come from, for `rlvr list`
     size: str  # how many tasks (or "procedural")
     verifier: str
     kwargs: dict[str, Any] = field(default_factory=dict)
     max_episode_steps: int | None = None
+    extra: str | None = None  # the pip extra its dependencies come with (rlvr_envs.extras); None: the core install
+    package: str = PACKAGE  # the distribution that provides it (a plugin's, for rows from an entry point)
 
 
 _MATH = "rlvr_envs.tasks.math:make_env"
@@ -47,9 +54,11 @@ ENVS: list[EnvEntry] = [
              "ast whitelist, exact rationals"),
     # -- agentic search (rlvr_envs/search; multi-turn, BM25 / dense / hybrid retriever=) --------------------------
     EnvEntry("rlvr/HotpotQA-v0", "rlvr_envs.search.hotpotqa:make_env",
-             "HotpotQA dev distractor over its 1000 paragraphs (multihop/)", "100", "qa EM (reward='f1': token F1)"),
+             "HotpotQA dev distractor over its 1000 paragraphs (multihop/)", "100", "qa EM (reward='f1': token F1)",
+             extra="search"),
     EnvEntry("rlvr/MultiHopSynth-v0", "rlvr_envs.search.synth:make_env",
-             "procedural fictional KB, seeded (corpus_size=, hops=)", "procedural", "qa EM (reward='f1': token F1)"),
+             "procedural fictional KB, seeded (corpus_size=, hops=)", "procedural", "qa EM (reward='f1': token F1)",
+             extra="search"),
     # -- tool use (rlvr_envs/tools; ToolUse is multi-turn, BFCL single-turn) ------------------------------------------
     EnvEntry("rlvr/ToolUse-v0", "rlvr_envs.tools.env:make_env",
              "procedural SQLite sandbox (shop, calendar, files), state-grounded queries, 1-4 step plans (seed=)",
@@ -83,11 +92,21 @@ def _extra_entries() -> list[EnvEntry]:
     return entries
 
 
+# Rows added by plugins (rlvr_envs.envs entry points), in load order.
+_PLUGIN_ENTRIES: list[EnvEntry] = []
+
+
 def all_entries() -> list[EnvEntry]:
-    return ENVS + _extra_entries()
+    return ENVS + _extra_entries() + _PLUGIN_ENTRIES
+
+
+def _register(e: EnvEntry) -> None:
+    gym.register(id=e.id, entry_point=e.entry_point, kwargs=dict(e.kwargs),
+                 max_episode_steps=e.max_episode_steps, disable_env_checker=False)
 
 
 def register_all() -> None:
+    """Register every built-in row, then load the env plugins (each entry point once per process)."""
     seen: set[str] = set()
     for e in all_entries():
         if e.id in seen:
@@ -95,5 +114,33 @@ def register_all() -> None:
         seen.add(e.id)
         if e.id in gym.registry:
             continue
-        gym.register(id=e.id, entry_point=e.entry_point, kwargs=dict(e.kwargs),
-                     max_episode_steps=e.max_episode_steps, disable_env_checker=False)
+        _register(e)
+    from rlvr_envs.plugins import load_env_plugins  # here, not at the top: plugins imports this module
+
+    load_env_plugins()
+
+
+def add_plugin_entries(rows: Iterable[EnvEntry], *, package: str) -> list[EnvEntry]:
+    """Register a plugin's rows, all or none: an ID already taken (by the table, another plugin or a direct
+    ``gymnasium.register``) or a row that is not an ``EnvEntry`` rejects the whole plugin."""
+    rows = list(rows)
+    not_rows = [type(r).__name__ for r in rows if not isinstance(r, EnvEntry)]
+    if not_rows:
+        raise TypeError(f"a rlvr_envs.envs entry point must give EnvEntry rows, got {', '.join(sorted(set(not_rows)))}")
+    ids = [r.id for r in rows]
+    taken = {e.id for e in all_entries()}
+    clashes = sorted({i for i in ids if i in taken or i in gym.registry or ids.count(i) > 1})
+    if clashes:
+        raise ValueError(f"env id(s) already registered: {', '.join(clashes)}")
+    entries = [replace(r, package=package) for r in rows]
+    done: list[str] = []
+    try:
+        for e in entries:
+            _register(e)
+            done.append(e.id)
+    except Exception:  # a malformed ID: undo this plugin's other rows so it is all or none
+        for env_id in done:
+            del gym.registry[env_id]
+        raise
+    _PLUGIN_ENTRIES.extend(entries)
+    return entries

@@ -3,7 +3,8 @@
 Each stage of the training step is a registry of named components (``@register("grpo", stage="advantage")``). A
 recipe names one component per stage; the trainer builds them with the recipe's hyper-parameters and calls them in a
 fixed order. Duplicate names in a stage are rejected (as verl's ``core_algos`` registries do) so two methods can never
-silently shadow each other. Every component gets the whole ``GroupBatch`` and carries its own state in
+silently shadow each other; other distributions add components through the ``rlvr_envs.components`` entry point
+(``rlvr_envs/plugins.py``), loaded with the built-ins. Every component gets the whole ``GroupBatch`` and carries its own state in
 ``state_dict()`` / ``load_state_dict()`` so a checkpoint restores it exactly.
 """
 
@@ -148,11 +149,18 @@ def names(stage: str | None = None) -> dict[str, list[str]]:
     return {s: sorted(_REGISTRY[s]) for s in stages}
 
 
+def package_of(stage: str, name: str) -> str:
+    """The distribution that registered a component: ``rlvr-envs`` for the built-ins, else the plugin's."""
+    return _PLUGIN_PACKAGES.get((stage, name), "rlvr-envs")
+
+
 _loaded = False
+_PLUGIN_PACKAGES: dict[tuple[str, str], str] = {}  # (stage, name) -> distribution, for components from plugins
 
 
 def load_builtin() -> None:
-    """Import the baselines and every method file so their decorators run (each module registers itself once)."""
+    """Import the baselines and every method file so their decorators run (each module registers itself once),
+    then the component plugins."""
     global _loaded
     if _loaded:
         return
@@ -165,3 +173,17 @@ def load_builtin() -> None:
 
     for mod in pkgutil.iter_modules(agents.methods.__path__):
         importlib.import_module(f"agents.methods.{mod.name}")
+    load_plugins()
+
+
+def load_plugins() -> None:
+    """Import every ``rlvr_envs.components`` entry point not loaded yet; a broken one warns and is skipped (a name
+    clash with a registered component is a ``RegistryError`` inside it, so it is skipped the same way)."""
+    from rlvr_envs.plugins import COMPONENT_GROUP, call_if_function, guard, new_entry_points
+
+    for plugin, ep in new_entry_points(COMPONENT_GROUP):
+        before = {(stage, name) for stage, table in _REGISTRY.items() for name in table}
+        with guard(plugin):
+            call_if_function(ep.load())  # the import runs the plugin's @register decorators
+        for key in {(stage, name) for stage, table in _REGISTRY.items() for name in table} - before:
+            _PLUGIN_PACKAGES[key] = plugin.distribution

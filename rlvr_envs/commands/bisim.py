@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+from rlvr_envs.extras import require_extra
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("bisim", help="certified ANN bisimulation metric on a tabular testbed")
@@ -34,6 +36,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("bisim", "rlvr bisim")
     import gymnasium as gym
     import numpy as np
 

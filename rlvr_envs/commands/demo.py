@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from rlvr_envs.extras import require_extra
+
 # (env id, board name, tasks, max new tokens): sized so the whole demo takes a few minutes on 2 CPU cores.
 DEMO_RUNS = (
     ("rlvr/Arithmetic-v0", "arithmetic", 48, 96),
@@ -30,6 +32,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    require_extra("agents", "rlvr demo")
+    require_extra("plots", "rlvr demo")  # the rendered leaderboard page has one PNG per board
     from agents.policy import PolicyAgent, load_policy
     from agents.policy.engine import SamplingParams, make_engine
     from rlvr_envs.harness import evaluate

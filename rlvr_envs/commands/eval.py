@@ -8,6 +8,8 @@ import json
 import sys
 from typing import Any
 
+from rlvr_envs.extras import require_extra
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("eval", help="evaluate a model or agent on an environment",
@@ -65,7 +67,10 @@ def load_agent_factory(spec: str) -> Any:
 
 
 def build_policy_agent(args: argparse.Namespace, temperature: float) -> Any:
-    # agents is imported lazily here: rlvr_envs itself never depends on it.
+    # agents is imported lazily here: rlvr_envs itself never depends on it, and its deps are the [agents] extra.
+    require_extra("agents", f"rlvr eval --model {args.model}")
+    if args.backend == "vllm":
+        require_extra("vllm", "rlvr eval --backend vllm")
     from agents.policy import PolicyAgent, load_policy
     from agents.policy.engine import SamplingParams, make_engine
 

@@ -6,6 +6,8 @@ import argparse
 import json
 import sys
 
+from rlvr_envs.extras import require_extra
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("leaderboard", help="submit results to a board, show a board, render the boards as HTML")
@@ -69,6 +71,7 @@ def run(args: argparse.Namespace) -> int:
                   f"over {entry['n_tasks']} tasks x {entry['n_samples']} samples (entry {entry['id']})")
             return 0
         if args.action == "publish":
+            require_extra("agents", "rlvr leaderboard publish")
             from agents.grpo.publish import describe_entry, publish_run
 
             entry = publish_run(args.run_dir, boards_dir=args.boards_dir, board=args.board, method=args.method,
@@ -100,6 +103,7 @@ def run(args: argparse.Namespace) -> int:
             for path in paths:
                 print(lb.format_board(lb.load_board(path)) + "\n")
             return 0
+        require_extra("plots", "rlvr leaderboard render")  # one PNG plot per board
         from rlvr_envs.harness.render import render_site
 
         index = render_site(args.boards_dir, args.out)

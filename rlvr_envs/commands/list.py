@@ -1,4 +1,4 @@
-"""``rlvr list``: every registered ID with its source, size and verifier."""
+"""``rlvr list``: every registered ID with its package (and pip extra), source, size and verifier."""
 
 from __future__ import annotations
 
@@ -17,10 +17,17 @@ def format_table(rows: list[tuple[str, ...]], header: tuple[str, ...]) -> str:
     return "\n".join([line(header), line(tuple("-" * w for w in widths)), *map(line, rows)])
 
 
+def package_label(package: str, extra: str | None) -> str:
+    """``rlvr-envs``, ``rlvr-envs[search]`` (what to pip install for it) or a plugin's distribution name."""
+    return f"{package}[{extra}]" if extra else package
+
+
 def run(args: argparse.Namespace) -> int:
+    import rlvr_envs  # noqa: F401  (registers the IDs and loads the env plugins)
     from rlvr_envs.registration import all_entries
 
-    rows = [(e.id, e.source, e.size, e.verifier) for e in all_entries() if args.filter in e.id]
-    print(format_table(rows, ("id", "source", "size", "verifier")))
+    rows = [(e.id, package_label(e.package, e.extra), e.source, e.size, e.verifier) for e in all_entries()
+            if args.filter in e.id]
+    print(format_table(rows, ("id", "package", "source", "size", "verifier")))
     print(f"\n{len(rows)} environments")
     return 0

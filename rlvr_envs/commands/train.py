@@ -6,6 +6,8 @@ import argparse
 import os
 import sys
 
+from rlvr_envs.extras import require_extra
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("train", help="train a policy with a GRPO-core recipe (agents/recipes/*.toml)",
@@ -25,14 +27,17 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 def run(args: argparse.Namespace) -> int:
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    require_extra("agents", "rlvr train")
     from agents.grpo.config import list_lanes, list_recipes, load_recipe
-    from agents.grpo.registry import STAGES, names
+    from agents.grpo.registry import STAGES, names, package_of
 
     if args.list:
         print("recipes: " + ", ".join(list_recipes()))
         print("lanes: " + ", ".join(list_lanes()))
         for stage, registered in names().items():
-            print(f"{STAGES[stage]:<20} ({stage}): {', '.join(registered)}")
+            # a plugin's component carries its distribution: "name (package)"
+            labels = [n if package_of(stage, n) == "rlvr-envs" else f"{n} ({package_of(stage, n)})" for n in registered]
+            print(f"{STAGES[stage]:<20} ({stage}): {', '.join(labels)}")
         return 0
     if not args.recipe:
         print("rlvr train: give a recipe (see `rlvr train --list`)", file=sys.stderr)

@@ -62,9 +62,11 @@ def dataset(env_id: str, n: int, *, start: int = 0, conversational: bool = True,
     """A ``datasets.Dataset`` of tasks ``start .. start+n-1`` with ``prompt`` (chat messages, or the rendered text
     when ``conversational=False``) and ``task_id`` columns."""
     import gymnasium as gym
-    from datasets import Dataset
 
     import rlvr_envs  # noqa: F401
+    from rlvr_envs.extras import require
+
+    Dataset = require("datasets", "trl", "rlvr_envs.integrations.trl.dataset").Dataset
 
     env = gym.make(env_id, **(env_kwargs or {}))
     size = len(env.unwrapped.source)

