@@ -7,8 +7,10 @@ import importlib
 import os
 import sys
 
+from rlvr_envs.extras import MissingExtraError
+
 # Subcommand modules; each adds its own parser. Keep this list the only place that names them.
-COMMANDS = ["list", "demo", "sweep", "eval", "leaderboard", "bisim", "train"]
+COMMANDS = ["list", "demo", "sweep", "eval", "leaderboard", "bisim", "train", "audit"]
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
+    except MissingExtraError as exc:  # an optional dependency is not installed: the message names the extra
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130

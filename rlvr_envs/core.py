@@ -17,6 +17,7 @@ from typing import Any
 
 import gymnasium as gym
 
+from rlvr_envs.rubric import Rubric, build_rubric
 from rlvr_envs.spaces import DEFAULT_MAX_CHARS, TextSpace
 
 Message = dict[str, str]
@@ -214,6 +215,7 @@ class TextEnv(gym.Env[str, str]):
         system_prompt: str | None = None,
         prompt_template: str | None = None,
         format_reward: float = 0.0,
+        rubric: Rubric | Mapping[str, Any] | None = None,
         max_prompt_chars: int = DEFAULT_MAX_CHARS,
         max_response_chars: int = DEFAULT_MAX_CHARS,
         verifier_name: str = "",
@@ -230,6 +232,7 @@ class TextEnv(gym.Env[str, str]):
         self.system_prompt = system_prompt
         self.prompt_template = prompt_template
         self.format_reward = float(format_reward)
+        self.rubric = build_rubric(rubric, format_reward=format_reward)  # format_reward: the default rubric's format term
         self.max_response_chars = int(max_response_chars)
         self.verifier_name = verifier_name
         self._gold_formatter = gold_formatter
@@ -275,7 +278,6 @@ class TextEnv(gym.Env[str, str]):
             # the scorer, not the response, failed: nobody decided whether the answer is right
             verdict = Verdict.could_not_verify(f"scorer error: {type(exc).__name__}: {exc}")
         verify_ms = (time.perf_counter() - start) * 1000.0
-        reward = float(verdict.reward) + (self.format_reward if verdict.format_ok else 0.0)
         info = {
             "task_id": task.id,
             "correct": bool(verdict.correct),
@@ -286,7 +288,9 @@ class TextEnv(gym.Env[str, str]):
             "truncated_response": truncated_response,
             "error": verdict.error,
             "answer": task.answer,
+            **self.extra_info(task, response),
         }
+        reward, info["rubric"] = self.rubric.score(verdict, response, info)
         self._last = (response, info)
         return "", reward, True, False, info
 
@@ -297,6 +301,10 @@ class TextEnv(gym.Env[str, str]):
             return ""
         response, info = self._last
         return f"[{info['task_id']}] correct={info['correct']} parsed={info['parsed_answer']!r}\n{response}"
+
+    def extra_info(self, task: Task, response: str) -> dict[str, Any]:
+        """Subclass hook: more ``info`` keys for a step, known before the rubric scores it (e.g. call counts)."""
+        return {}
 
     # -- helpers for agents and tests -----------------------------------------------------------------------------
     def score(self, task: Task, response: str) -> Verdict:

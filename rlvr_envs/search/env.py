@@ -12,12 +12,13 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import gymnasium as gym
 
 from rlvr_envs.core import Message, Task, TaskSource, Verdict, WallTime, render_messages, select_task_index
+from rlvr_envs.rubric import Rubric, build_rubric
 from rlvr_envs.search.corpus import Corpus
 from rlvr_envs.search.protocol import SEARCH_TOOL, format_information, format_notice, parse_action
 from rlvr_envs.search.retrievers import Retriever, make_retriever
@@ -42,7 +43,8 @@ class SearchEnv(gym.Env[str, str]):
                  max_turns: int = 4, max_searches: int | None = None, reward: str = "em",
                  prompt_template: str | None = None, system_prompt: str | None = None, info_role: str = "user",
                  max_passage_chars: int = 600, cache_dir: str | os.PathLike | None = None,
-                 max_response_chars: int = 1 << 16, render_mode: str | None = None):
+                 max_response_chars: int = 1 << 16, render_mode: str | None = None,
+                 rubric: Rubric | Mapping[str, Any] | None = None):
         if reward not in qa.METRICS:
             raise ValueError(f"reward must be one of {qa.METRICS}, got {reward!r}")
         if prompt_template is not None and "{question}" not in prompt_template:
@@ -67,6 +69,7 @@ class SearchEnv(gym.Env[str, str]):
         self.max_response_chars = int(max_response_chars)
         self.render_mode = render_mode
         self.verifier_name = f"qa-{reward}"
+        self.rubric = build_rubric(rubric)  # scores the episode's end (rlvr_envs.rubric); default: the EM / F1 reward
         self.observation_space = TextSpace(DEFAULT_MAX_CHARS)
         self.action_space = TextSpace(DEFAULT_MAX_CHARS)
         self._task: Task | None = None
@@ -162,8 +165,10 @@ class SearchEnv(gym.Env[str, str]):
                     format_ok=bool(verdict.format_ok),
                     verify_ms=WallTime((time.perf_counter() - start) * 1000.0), error=verdict.error,
                     answer=task.answer, action=kind, gold_recall=self._gold_recall(task))
+        model_text = "\n".join(text for text, inserted in self._segments if not inserted)
+        reward, info["rubric"] = self.rubric.score(verdict, model_text, info)
         self._last_render = f"[{task.id}] correct={verdict.correct} parsed={verdict.parsed!r}"
-        return "", float(verdict.reward), not truncated, truncated, info
+        return "", reward, not truncated, truncated, info
 
     def _info(self, task: Task) -> dict[str, Any]:
         trajectory, spans, pos = [], [], 0

@@ -24,6 +24,7 @@ from typing import Any
 import gymnasium as gym
 
 from rlvr_envs.core import WRONG, Message, Task, TaskSource, Verdict, WallTime, render_messages, select_task_index
+from rlvr_envs.rubric import Rubric, build_rubric
 from rlvr_envs.spaces import DEFAULT_MAX_CHARS, TextSpace
 from rlvr_envs.tools.sandbox import CallResult, error_result
 from rlvr_envs.verifiers.calls import ParsedCalls, ToolCall, parse_tool_calls
@@ -58,7 +59,8 @@ class ToolEnv(gym.Env[str, str], abc.ABC):
 
     def __init__(self, source: TaskSource, *, max_turns: int = 10, max_calls: int = 16, max_calls_per_turn: int = 8,
                  max_prompt_chars: int = DEFAULT_MAX_CHARS, max_response_chars: int = 16_384,
-                 verifier_name: str = "", render_mode: str | None = None, max_invalid_streak: int | None = None):
+                 verifier_name: str = "", render_mode: str | None = None, max_invalid_streak: int | None = None,
+                 rubric: Rubric | Mapping[str, Any] | None = None):
         if render_mode is not None and render_mode not in self.metadata["render_modes"]:
             raise ValueError(f"render_mode must be one of {self.metadata['render_modes']}, got {render_mode!r}")
         if min(max_turns, max_calls, max_calls_per_turn) < 1:
@@ -72,6 +74,7 @@ class ToolEnv(gym.Env[str, str], abc.ABC):
         self.max_invalid_streak = None if max_invalid_streak is None else int(max_invalid_streak)
         self.max_response_chars = int(max_response_chars)
         self.verifier_name = verifier_name
+        self.rubric = build_rubric(rubric)  # scores the episode's end (rlvr_envs.rubric); default: the verdict's reward
         self.render_mode = render_mode
         self.observation_space = TextSpace(max_prompt_chars)
         self.action_space = TextSpace(max_response_chars)
@@ -149,15 +152,22 @@ class ToolEnv(gym.Env[str, str], abc.ABC):
             info.update(tool_results=[r.status for r in results], final=False, correct=False, parsed_answer=None,
                         format_ok=True, error=error, invalid_streak=self._invalid_streak,
                         verdict=WRONG if capped else None)
-            if capped:
+            reward = 0.0
+            if capped:  # the episode ends without an answer: the rubric scores it as a wrong one
                 self._task = None
-            return obs, 0.0, False, capped, info
+                reward, info["rubric"] = self.rubric.score(Verdict.failed(error or "capped"), self._model_text(), info)
+            return obs, reward, False, capped, info
         verdict, extra = self.finish(task, parsed.text, self._counts)
         self._task = None
         info = self._info(task, truncated_response, start)
         info.update(final=True, correct=bool(verdict.correct), verdict=verdict.status, parsed_answer=verdict.parsed,
                     format_ok=bool(verdict.format_ok), error=verdict.error, **extra)
-        return "", float(verdict.reward), True, False, info
+        reward, info["rubric"] = self.rubric.score(verdict, self._model_text(), info)
+        return "", reward, True, False, info
+
+    def _model_text(self) -> str:
+        """All of the model's turns so far (what a rubric's length term measures)."""
+        return "\n".join(m["content"] for m in self._messages if m["role"] == "assistant")
 
     def _run_calls(self, parsed: ParsedCalls) -> list[CallResult]:
         results = []

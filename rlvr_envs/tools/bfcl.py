@@ -17,6 +17,7 @@ from typing import Any
 
 from rlvr_envs.core import ListSource, Message, Task, TextEnv, Verdict
 from rlvr_envs.data import load_rows
+from rlvr_envs.rubric import Rubric
 from rlvr_envs.tools.base import tools_system_prompt
 from rlvr_envs.verifiers.calls import ToolCall, UnverifiableGold, match_bfcl, parse_tool_calls
 
@@ -159,12 +160,13 @@ class BFCLEnv(TextEnv):
     """Single-turn; ``info`` adds ``tools``, ``calls_made``, ``invalid_calls`` and ``plan_length`` (expected calls)."""
 
     def __init__(self, category: str | Sequence[str] = "simple_python", *, data_dir: str | os.PathLike | None = None,
-                 tools_in_prompt: bool = True, render_mode: str | None = None):
+                 tools_in_prompt: bool = True, render_mode: str | None = None,
+                 rubric: Rubric | Mapping[str, Any] | None = None):
         categories = list(CATEGORIES) if category == "all" else [category] if isinstance(category, str) else list(category)
         tasks, digest = load_tasks(categories, data_dir)
         super().__init__(ListSource(tasks, f"bfcl:{'+'.join(categories)}", fingerprint=digest), score_bfcl,
                          max_response_chars=32_768, verifier_name="BFCL AST match", gold_formatter=gold_response,
-                         render_mode=render_mode)
+                         render_mode=render_mode, rubric=rubric)
         self.categories = tuple(categories)
         self.tools_in_prompt = bool(tools_in_prompt)
 
@@ -183,14 +185,11 @@ class BFCLEnv(TextEnv):
         info["category"] = self._task.metadata["category"]
         return obs, info
 
-    def step(self, action: str) -> tuple[str, float, bool, bool, dict[str, Any]]:
-        task = self._task
-        obs, reward, terminated, truncated, info = super().step(action)
-        parsed = parse_tool_calls(action[: self.max_response_chars] if isinstance(action, str) else "")
-        assert task is not None
-        info.update(calls_made=parsed.attempted, invalid_calls=len(parsed.errors),
-                    plan_length=len(task.metadata["ground_truth"]), category=task.metadata["category"])
-        return obs, reward, terminated, truncated, info
+    def extra_info(self, task: Task, response: str) -> dict[str, Any]:
+        """Call counts for the step's info (a rubric's ``tool_precision`` reads them)."""
+        parsed = parse_tool_calls(response)
+        return {"calls_made": parsed.attempted, "invalid_calls": len(parsed.errors),
+                "plan_length": len(task.metadata["ground_truth"]), "category": task.metadata["category"]}
 
 
 def make_env(**kwargs: Any) -> BFCLEnv:

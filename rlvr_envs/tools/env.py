@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from rlvr_envs.core import UNVERIFIABLE, Message, Task, TaskSource, Verdict, verdict_status
+from rlvr_envs.rubric import Rubric
 from rlvr_envs.tools.base import ToolEnv, tools_system_prompt
 from rlvr_envs.tools.sandbox import CallResult, Sandbox
 from rlvr_envs.tools.services import SERVICES, TOOLS
@@ -128,12 +129,12 @@ class ToolUseEnv(ToolEnv):
                  min_steps: int = 1, max_steps: int = 4, services: Sequence[str] = SERVICES,
                  distractor_tools: int = 2, precision_penalty: bool = True, tools_in_prompt: bool = True,
                  max_turns: int = 10, max_calls: int = 16, max_calls_per_turn: int = 8, render_mode: str | None = None,
-                 max_invalid_streak: int | None = None):
+                 max_invalid_streak: int | None = None, rubric: Rubric | Mapping[str, Any] | None = None):
         source = source or ToolUseSource(size=size, seed=seed, min_steps=min_steps, max_steps=max_steps,
                                          services=services, distractor_tools=distractor_tools)
         super().__init__(source, max_turns=max_turns, max_calls=max_calls, max_calls_per_turn=max_calls_per_turn,
                          verifier_name="sandbox final state + answer, precision-penalized", render_mode=render_mode,
-                         max_invalid_streak=max_invalid_streak)
+                         max_invalid_streak=max_invalid_streak, rubric=rubric)
         self.precision_penalty = bool(precision_penalty)
         self.tools_in_prompt = bool(tools_in_prompt)
         self.sandbox: Sandbox | None = None

@@ -71,7 +71,15 @@ def _rg_dataset(task: str, config_json: str, seed: int, size: int):
 def run_job(job: tuple, answer: str) -> bool:
     """Other verifiers that run untrusted-input code needing the same hard limit. ``("rg", task, config_json, seed,
     size, entry)``: reasoning-gym's ``score_answer`` on the parent's entry (some generators depend on the hash seed,
-    so the entry is sent rather than regenerated here); full credit only."""
+    so the entry is sent rather than regenerated here); full credit only. ``("sympy", gold)``: the audit's second
+    math verifier (``rlvr_envs.verifiers.sympy_equiv.judge``); an answer or gold it cannot read is unverifiable."""
+    if job[0] == "sympy":
+        from rlvr_envs.verifiers.sympy_equiv import judge
+
+        status, reason = judge(job[1], answer)
+        if status == "unverifiable":
+            raise GoldError(reason or "unverifiable")
+        return status == "correct"
     if job[0] != "rg":
         raise ValueError(f"unknown verifier job {job[0]!r}")
     _, task, config_json, seed, size, entry = job
