@@ -233,6 +233,15 @@ def _prealloc_layer_class() -> type:
         def get_seq_length(self) -> int:
             return self._len if self.is_initialized else 0
 
+        def crop(self, tokens_to_remove: int) -> None:
+            # DynamicLayer.crop would slice ``keys`` only; the write position ``_len`` must move back with it, so the
+            # next update overwrites the cropped positions (speculative decoding rolls drafts back this way).
+            if tokens_to_remove > 0:
+                raise ValueError(f"crop takes a negative number of positions to remove, got {tokens_to_remove}")
+            if self.is_initialized and tokens_to_remove:
+                self._len = max(0, self._len + tokens_to_remove)
+                self.keys, self.values = self._k[:, :, :self._len], self._v[:, :, :self._len]
+
         def batch_select_indices(self, indices: torch.Tensor) -> None:
             if self.is_initialized:
                 self._k, self._v = self._k[indices], self._v[indices]
@@ -270,14 +279,21 @@ def merge_caches(cache: Any, mask: torch.Tensor, other: Any, other_mask: torch.T
         keys = torch.cat([pad(layer.keys, length - layer.keys.shape[2], 2), pad(new.keys, length - new.keys.shape[2], 2)])
         values = torch.cat([pad(layer.values, length - layer.values.shape[2], 2),
                             pad(new.values, length - new.values.shape[2], 2)])
-        if hasattr(layer, "_k"):  # a preallocated layer: new buffers with room to grow
-            layer._k = torch.cat([keys, keys.new_empty((*keys.shape[:2], extra, keys.shape[3]))], 2)
-            layer._v = torch.cat([values, values.new_empty((*values.shape[:2], extra, values.shape[3]))], 2)
-            layer._len = length
-            layer.keys, layer.values = layer._k[:, :, :length], layer._v[:, :, :length]
-        else:
-            layer.keys, layer.values = keys, values
+        set_layer_states(layer, keys, values, extra=extra)
     return torch.cat([pad(mask, length - mask.shape[1], 1), pad(other_mask, length - other_mask.shape[1], 1)])
+
+
+def set_layer_states(layer: Any, keys: torch.Tensor, values: torch.Tensor, *, extra: int = 0) -> None:
+    """Replace a cache layer's keys and values (a merge, a compaction); a preallocated layer gets new buffers with
+    ``extra`` free positions after them."""
+    length = keys.shape[2]
+    if hasattr(layer, "_k"):
+        layer._k = torch.cat([keys, keys.new_empty((*keys.shape[:2], extra, keys.shape[3]))], 2)
+        layer._v = torch.cat([values, values.new_empty((*values.shape[:2], extra, values.shape[3]))], 2)
+        layer._len = length
+        layer.keys, layer.values = layer._k[:, :, :length], layer._v[:, :, :length]
+    else:
+        layer.keys, layer.values = keys, values
 
 
 @dataclass
@@ -305,7 +321,7 @@ class HFEngine(RolloutEngine):
     def __init__(self, policy: Any, *, max_batch_size: int = 64, prune_fraction: float = 0.25,
                  add_special_tokens: bool = False, preallocate: bool = True, cache_block: int = 256,
                  ignore_eos: bool = False, precision: str = "auto", pack_weights: bool = True,
-                 continuous: bool = True, refill_fraction: float = 0.25) -> None:
+                 continuous: bool = True, refill_fraction: float = 0.25, speculative: Any = None) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         if not 0.0 < refill_fraction <= 1.0:
@@ -314,6 +330,10 @@ class HFEngine(RolloutEngine):
         # refill_fraction of the slots are free (its own prefill, merged into the running batch), instead of every
         # chunk of max_batch_size rows waiting for its longest row. Off: static chunks.
         self.continuous, self.refill_fraction = bool(continuous), float(refill_fraction)
+        # speculative: an agents.policy.s3r.S3RConfig decodes with S3R self-speculative drafts (sparse attention,
+        # same weights) verified by dense forwards; the samples keep the dense distribution (opt-in).
+        self.speculative = speculative
+        self.speculative_stats: Any = None  # agents.policy.s3r.S3RStats, cumulative over calls
         self.policy = policy
         self.model = policy.model
         # Decoding precision: bf16 weights only where the hardware multiplies bf16 (fastpath.resolve_precision);
@@ -351,7 +371,8 @@ class HFEngine(RolloutEngine):
 
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "max_batch_size": self.max_batch_size, "logprobs": "log_softmax(logits/T)",
-                "precision": self.precision, "packed_weights": self.packs is not None, "continuous": self.continuous}
+                "precision": self.precision, "packed_weights": self.packs is not None, "continuous": self.continuous,
+                **({"speculative": asdict(self.speculative)} if self.speculative is not None else {})}
 
     def decode_model(self) -> Any:
         """The model decoding runs: the policy's own, or (precision bf16, fp32 policy) a bf16 copy refreshed whenever
@@ -381,9 +402,11 @@ class HFEngine(RolloutEngine):
             raise ValueError(f"n must be an int >= 1, got {n!r}")
         prompt_ids = encode_prompts(self.tokenizer, prompts, add_special_tokens=self.add_special_tokens)
         longest = max(len(p) for p in prompt_ids)
-        if self.max_positions and longest + sampling.max_new_tokens > self.max_positions:
-            raise ValueError(f"prompt ({longest} tokens) + max_new_tokens ({sampling.max_new_tokens}) exceeds the "
-                             f"model's {self.max_positions} positions")
+        lookahead = self.speculative.k if self.speculative is not None else 0  # drafts may run past a row's budget
+        if self.max_positions and longest + sampling.max_new_tokens + lookahead > self.max_positions:
+            raise ValueError(f"prompt ({longest} tokens) + max_new_tokens ({sampling.max_new_tokens})"
+                             f"{f' + {lookahead} drafts' if lookahead else ''} exceeds the model's "
+                             f"{self.max_positions} positions")
         row_seeds = rollout_seeds(len(prompt_ids), n, sampling, seeds)
         rows = []
         for i in range(len(prompt_ids)):
@@ -433,6 +456,11 @@ class HFEngine(RolloutEngine):
     def _decode(self, model: Any, prompt_ids: list[list[int]], rows: list[_Row], sampling: SamplingParams) -> None:
         """Decode every row of ``rows`` in at most ``max_batch_size`` slots. A row's tokens depend only on its own
         prompt and generator (padding is masked, positions are per row), so how rows share slots never changes them."""
+        if self.speculative is not None:
+            from agents.policy.s3r import s3r_decode
+
+            s3r_decode(self, model, prompt_ids, rows, sampling)
+            return
         slots = self.max_batch_size
         queue = list(range(len(rows)))
         live, queue = queue[:slots], queue[slots:]
