@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import importlib
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from rlvr_envs.extras import require_extra
@@ -37,6 +39,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32", help="model dtype (float32, bfloat16, ...)")
     p.add_argument("--env-kwargs", default="{}", help="JSON object of keyword arguments for gym.make")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    ray = p.add_argument_group("Ray", "shard the tasks over Ray actors (the [ray] extra); same results file")
+    ray.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
+                     help="evaluate on Ray workers: no ADDRESS starts a local Ray, else ray.init(address=ADDRESS)")
+    ray.add_argument("--ray-workers", type=int, default=None,
+                     help="actors, each loading the policy once (default: as many as the cluster's CPUs allow)")
+    ray.add_argument("--ray-cpus", type=int, default=None, help="CPUs of a local Ray (default: all)")
+    ray.add_argument("--ray-worker-cpus", type=float, default=1.0, help="CPUs reserved per actor (default: 1)")
+    ray.add_argument("--ray-worker-gpus", type=float, default=0.0, help="GPUs reserved per actor (default: 0)")
     p.set_defaults(func=run)
 
 
@@ -66,11 +76,20 @@ def load_agent_factory(spec: str) -> Any:
     return obj
 
 
-def build_policy_agent(args: argparse.Namespace, temperature: float) -> Any:
-    # agents is imported lazily here: rlvr_envs itself never depends on it, and its deps are the [agents] extra.
+def make_agent(spec: str, kwargs: dict[str, Any]) -> Any:
+    """The agent of ``--agent spec --agent-kwargs kwargs`` (module-level, so a Ray worker can build its own)."""
+    return load_agent_factory(spec)(**kwargs)
+
+
+def check_policy_extras(args: argparse.Namespace) -> None:
     require_extra("agents", f"rlvr eval --model {args.model}")
     if args.backend == "vllm":
         require_extra("vllm", "rlvr eval --backend vllm")
+
+
+def build_policy_agent(args: argparse.Namespace, temperature: float) -> Any:
+    # agents is imported lazily here: rlvr_envs itself never depends on it, and its deps are the [agents] extra.
+    check_policy_extras(args)
     from agents.policy import PolicyAgent, load_policy
     from agents.policy.engine import SamplingParams, make_engine
 
@@ -90,15 +109,27 @@ def run(args: argparse.Namespace) -> int:
             or (args.limit is not None and args.limit < 1)):
         raise SystemExit("--samples, --batch-size, --decode-slots and --limit must be >= 1")
     env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+    # A factory rather than an agent: with --ray every worker calls it once (loads its own policy).
+    agent_factory: Callable[[], Any]
     if args.agent:
-        agent = load_agent_factory(args.agent)(**_json_object(args.agent_kwargs, "--agent-kwargs"))
+        load_agent_factory(args.agent)  # a bad spec fails here, before any worker starts
+        agent_factory = functools.partial(make_agent, args.agent, _json_object(args.agent_kwargs, "--agent-kwargs"))
     else:
+        check_policy_extras(args)
         temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)
-        agent = build_policy_agent(args, temperature)
+        agent_factory = functools.partial(build_policy_agent, args, temperature)
+    common = dict(n_samples=args.samples, seed=args.seed, limit=args.limit, env_kwargs=env_kwargs, out=args.out,
+                  resume=args.resume, progress=not args.no_progress, batch_size=args.batch_size)
     try:
-        results = evaluate(agent, args.env, n_samples=args.samples, seed=args.seed, limit=args.limit,
-                           env_kwargs=env_kwargs, out=args.out, resume=args.resume, progress=not args.no_progress,
-                           batch_size=args.batch_size)
+        if args.ray is not None:
+            from rlvr_envs.harness.ray_eval import evaluate_ray
+
+            require_extra("ray", "rlvr eval --ray")
+            results = evaluate_ray(agent_factory, args.env, address=args.ray, num_cpus=args.ray_cpus,
+                                   workers=args.ray_workers, cpus_per_worker=args.ray_worker_cpus,
+                                   gpus_per_worker=args.ray_worker_gpus, **common)
+        else:
+            results = evaluate(agent_factory(), args.env, **common)
     except (FileExistsError, ValueError) as exc:
         print(f"rlvr eval: {exc}", file=sys.stderr)
         return 2

@@ -24,7 +24,7 @@ import math
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
@@ -151,6 +151,14 @@ def _read_sidecar(path: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     return parsed[0], [p for p in parsed[1:] if p.get("kind") == "batch"]
 
 
+# Runs the pending batches ``[(batch index, units), ...]`` of a run and yields each finished batch line
+# ({"kind": "batch", "batch", "wall_s", "act_s", "verify_s", "records"}) in any order; called with the driver's env,
+# a factory for more instances, the task source and the run's config. In-process: ``_run_batch`` one after another;
+# Ray: shards on actors (rlvr_envs/harness/ray_eval.py).
+BatchRunner = Callable[[Any, Callable[[], Any], Any, Mapping[str, Any], list[tuple[int, list[tuple[int, int]]]]],
+                       Generator[dict[str, Any], None, None]]
+
+
 def evaluate(
     agent: Agent,
     env_id: str,
@@ -165,6 +173,40 @@ def evaluate(
     batch_size: int = 8,
 ) -> Results:
     """Evaluate ``agent`` on the first ``limit`` tasks of ``env_id`` (index order), ``n_samples`` samples each."""
+
+    def run_in_process(env: Any, make_env: Callable[[], Any], source: Any, config: Mapping[str, Any],
+                       pending: list[tuple[int, list[tuple[int, int]]]]) -> Generator[dict[str, Any], None, None]:
+        pool = EnvPool(env, make_env)
+        try:
+            for batch, units in pending:
+                yield _run_batch(agent, pool, source, config, batch, units)
+        finally:
+            pool.close()
+
+    return run_evaluation(env_id, describe=lambda: describe_agent(agent), run_batches=run_in_process,
+                          n_samples=n_samples, seed=seed, limit=limit, env_kwargs=env_kwargs, out=out, resume=resume,
+                          progress=progress, batch_size=batch_size)
+
+
+def run_evaluation(
+    env_id: str,
+    *,
+    describe: Callable[[], dict[str, Any]],
+    run_batches: BatchRunner,
+    n_samples: int = 1,
+    seed: int = 0,
+    limit: int | None = None,
+    env_kwargs: Mapping[str, Any] | None = None,
+    out: str | os.PathLike | None = None,
+    resume: bool = False,
+    progress: bool = True,
+    batch_size: int = 8,
+    provenance_extra: Mapping[str, Any] | None = None,
+) -> Results:
+    """``evaluate`` with the agent abstracted away: ``describe()`` gives the agent's provenance (called once, after the
+    arguments are checked) and ``run_batches`` plays the pending batches wherever it likes. Config, batch composition,
+    seeds, the sidecar, resume and the results file are this function's, so every runner writes the same records.
+    ``provenance_extra`` is merged into the provenance (the same dict object, so a runner may fill it in as it goes)."""
     import gymnasium as gym
     from tqdm.auto import tqdm
 
@@ -194,7 +236,7 @@ def evaluate(
         n_tasks = len(source) if limit is None else min(limit, len(source))
         config = {"env_id": env_id, "env_kwargs": env_kwargs, "n_samples": int(n_samples), "seed": int(seed),
                   "n_tasks": int(n_tasks), "batch_size": int(batch_size), "seed_derivation": SEED_DERIVATION}
-        agent_desc = describe_agent(agent)
+        agent_desc = describe()
         spec = env.spec
         provenance = {
             "package": package_info(),
@@ -208,14 +250,15 @@ def evaluate(
             "created_at": now_iso(),
             "argv": list(sys.argv),
         }
-        return _run(agent, env, lambda: gym.make(env_id, **env_kwargs), source, config, provenance, out_path, resume,
-                    progress, tqdm)
+        provenance.update(provenance_extra or {})
+        return _run(run_batches, env, lambda: gym.make(env_id, **env_kwargs), source, config, provenance, out_path,
+                    resume, progress, tqdm)
     finally:
         env.close()
 
 
-def _run(agent: Any, env: Any, make_env: Any, source: Any, config: dict[str, Any], provenance: dict[str, Any],
-         out_path: Path | None, resume: bool, progress: bool, tqdm: Any) -> Results:
+def _run(run_batches: BatchRunner, env: Any, make_env: Callable[[], Any], source: Any, config: dict[str, Any],
+         provenance: dict[str, Any], out_path: Path | None, resume: bool, progress: bool, tqdm: Any) -> Results:
     n, batch_size, n_tasks = config["n_samples"], config["batch_size"], config["n_tasks"]
     units = [(ti, si) for ti in range(n_tasks) for si in range(n)]
     n_batches = math.ceil(len(units) / batch_size)
@@ -265,23 +308,20 @@ def _run(agent: Any, env: Any, make_env: Any, source: Any, config: dict[str, Any
         os.replace(tmp, side)
         sink = open(side, "a", encoding="utf-8")  # noqa: SIM115  (closed in finally)
 
-    pool = EnvPool(env, make_env)
+    pending = [(b, units[b * batch_size:(b + 1) * batch_size]) for b in range(n_batches) if b not in done]
+    lines = run_batches(env, make_env, source, config, pending)
     n_correct = sum(r["correct"] for r in state.records.values())
     bar = tqdm(total=len(units), initial=len(state.records), disable=not progress, unit="sample",
                desc=config["env_id"], dynamic_ncols=True)
     try:
-        for b in range(n_batches):
-            if b in done:
-                continue
-            batch_units = units[b * batch_size:(b + 1) * batch_size]
-            line = _run_batch(agent, pool, source, config, b, batch_units)
+        for line in lines:
             if sink is not None:
                 sink.write(json.dumps(line, ensure_ascii=False) + "\n")
                 sink.flush()
                 os.fsync(sink.fileno())
             state.add_batch(line)
             n_correct += sum(r["correct"] for r in line["records"])
-            bar.update(len(batch_units))
+            bar.update(len(line["records"]))
             bar.set_postfix(acc=f"{n_correct / len(state.records):.3f}", refresh=False)
     except KeyboardInterrupt:
         if out_path is not None:
@@ -293,8 +333,10 @@ def _run(agent: Any, env: Any, make_env: Any, source: Any, config: dict[str, Any
         bar.close()
         if sink is not None:
             sink.close()
-        pool.close()
+        lines.close()  # a generator runner releases its envs / workers here, also on Ctrl-C
 
+    if len(state.records) != len(units):  # a runner that dropped a batch must not produce a "complete" file
+        raise RuntimeError(f"the batch runner returned {len(state.records)} of {len(units)} samples")
     results = _document(config, provenance, state, complete=True, same_answer=answer_equivalence(env))
     if out_path is not None:
         results.save(out_path)
