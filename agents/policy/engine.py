@@ -31,6 +31,13 @@ import numpy as np
 import torch
 
 from agents.policy.fastpath import PackedLinearCache, resolve_precision
+from agents.policy.kv_compression import (
+    KVCompression,
+    KVCompressionStats,
+    compress_prompt_cache,
+    kv_cache_bytes,
+    observe_queries,
+)
 
 FINISH_REASONS = ("stop", "length", "abort")  # abort: stopped by a generation controller (generate_with_abort)
 
@@ -321,9 +328,13 @@ class HFEngine(RolloutEngine):
     def __init__(self, policy: Any, *, max_batch_size: int = 64, prune_fraction: float = 0.25,
                  add_special_tokens: bool = False, preallocate: bool = True, cache_block: int = 256,
                  ignore_eos: bool = False, precision: str = "auto", pack_weights: bool = True,
-                 continuous: bool = True, refill_fraction: float = 0.25, speculative: Any = None) -> None:
+                 continuous: bool = True, refill_fraction: float = 0.25, speculative: Any = None,
+                 kv_compression: KVCompression | None = None) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
+        if kv_compression is not None and speculative is not None:
+            # S3R's exactness is relative to dense attention over the full cache; the two are not combined
+            raise ValueError("kv_compression and speculative decoding cannot be combined")
         if not 0.0 < refill_fraction <= 1.0:
             raise ValueError(f"refill_fraction must be in (0, 1], got {refill_fraction!r}")
         # Continuous batching: with more rows than max_batch_size (decode slots), a queued row takes a slot as soon as
@@ -334,6 +345,10 @@ class HFEngine(RolloutEngine):
         # same weights) verified by dense forwards; the samples keep the dense distribution (opt-in).
         self.speculative = speculative
         self.speculative_stats: Any = None  # agents.policy.s3r.S3RStats, cumulative over calls
+        # kv_compression: evict long prompts' KV positions after their prefill (sinks + recent window + positions the
+        # last prompt queries attend to, SnapKV-style; opt-in); prompts within its budget decode exactly as without.
+        self.kv_compression = kv_compression
+        self.kv_compression_stats: KVCompressionStats | None = None  # cumulative over calls
         self.policy = policy
         self.model = policy.model
         # Decoding precision: bf16 weights only where the hardware multiplies bf16 (fastpath.resolve_precision);
@@ -372,7 +387,8 @@ class HFEngine(RolloutEngine):
     def describe(self) -> dict[str, Any]:
         return {"backend": self.backend, "max_batch_size": self.max_batch_size, "logprobs": "log_softmax(logits/T)",
                 "precision": self.precision, "packed_weights": self.packs is not None, "continuous": self.continuous,
-                **({"speculative": asdict(self.speculative)} if self.speculative is not None else {})}
+                **({"speculative": asdict(self.speculative)} if self.speculative is not None else {}),
+                **({"kv_compression": asdict(self.kv_compression)} if self.kv_compression is not None else {})}
 
     def decode_model(self) -> Any:
         """The model decoding runs: the policy's own, or (precision bf16, fp32 policy) a bf16 copy refreshed whenever
@@ -444,10 +460,25 @@ class HFEngine(RolloutEngine):
         device = model.device
         ids, mask = ids.to(device), mask.to(device)
         positions = (mask.cumsum(-1) - 1).clamp_(min=0)
-        cache = new_cache(width + min(max_new_tokens, self.cache_block) if self.preallocate else None)
-        # Without padding, no mask: SDPA then runs causal / grouped-query attention without materializing one.
-        out = model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask, position_ids=positions,
-                    use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
+        extra = min(max_new_tokens, self.cache_block)
+        cache = new_cache(width + extra if self.preallocate else None)
+        compress = self.kv_compression is not None and width > self.kv_compression.budget
+        observe = observe_queries(model, self.kv_compression.observe) if compress else contextlib.nullcontext({})
+        with observe as observed:
+            # Without padding, no mask: SDPA then runs causal / grouped-query attention without materializing one.
+            out = model(input_ids=ids, attention_mask=None if bool(mask.all()) else mask, position_ids=positions,
+                        use_cache=True, logits_to_keep=1, **{self.cache_kw: cache})
+        if compress:  # before the copy to the rows: a group of n shares one selection, each row the smaller cache
+            dense_bytes = kv_cache_bytes(cache)
+            mask = compress_prompt_cache(cache, observed, mask, self.kv_compression,
+                                         extra=extra if self.preallocate else 0)
+            stats = self.kv_compression_stats = self.kv_compression_stats or KVCompressionStats()
+            stats.prefills += 1
+            stats.rows += len(rows)
+            stats.prompt_positions += width * len(rows)
+            stats.kept_positions += mask.shape[1] * len(rows)
+            stats.dense_kv_bytes += dense_bytes // len(units) * len(rows)
+            stats.kept_kv_bytes += kv_cache_bytes(cache) // len(units) * len(rows)
         expand = torch.tensor([unit_of[r.prompt] for r in rows], device=device)
         if len(units) != len(rows) or not torch.equal(expand.cpu(), torch.arange(len(rows))):
             cache.batch_select_indices(expand)  # one prefill per distinct prompt, copied to its rows
