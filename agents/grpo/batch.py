@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-_TOKEN_FIELDS = ("behaviour_logprobs", "old_logprobs", "ref_logprobs", "entropies", "response_mask")
+_TOKEN_FIELDS = ("behaviour_logprobs", "old_logprobs", "ref_logprobs", "entropies", "response_mask", "policy_logprobs")
 _ROW_FIELDS = ("rewards", "base_rewards", "correct")
 # Optional per-row fields and the value a row without one has.
 _OPTIONAL_ROW_FIELDS = {"weights": 1.0, "off_policy": False}
@@ -59,6 +59,10 @@ class GroupBatch:
     entropies: torch.Tensor  # (B, L) sampler's token entropies (0 where unknown)
     old_logprobs: torch.Tensor | None = None  # (B, L) policy before this update (PPO ratio denominator)
     ref_logprobs: torch.Tensor | None = None  # (B, L) frozen reference policy (KL)
+    # (B, L) the training forward's log-probs of the sampled tokens before the update (its first epoch, detached),
+    # filled by the trainer: what components read after the update to compare the sampler with the trained policy
+    # (Sparrow's sparse-to-dense alignment) without a forward of their own.
+    policy_logprobs: torch.Tensor | None = None
     advantages: torch.Tensor | None = None  # (B,) or (B, L)
     # (B,) per-row loss weights (data policies, DUET's reweighting of aborted rollouts); None = every row weight 1.
     # Every loss multiplies a row's token losses by its weight before aggregating.

@@ -427,7 +427,8 @@ class Trainer:
             raise ValueError(f"{loss_fn.name}: teacher_prompt_ids gave {len(teacher)} prompts for {len(batch)} rows")
         self.flops["training"] += self.flop_model.training(
             [len(p) for p in batch.prompt_ids], [len(r) for r in batch.response_ids], passes=cfg.ppo_epochs)
-        for _ in range(cfg.ppo_epochs):
+        batch.policy_logprobs = torch.zeros_like(batch.behaviour_logprobs, dtype=torch.float32)
+        for epoch in range(cfg.ppo_epochs):
             self.optimizer.zero_grad(set_to_none=True)
             loss_total = 0.0
             for start in range(0, len(batch), cfg.micro_batch):
@@ -439,6 +440,8 @@ class Trainer:
                     stats = self._context_stats(batch, rows, [teacher[i] for i in rows], loss_fn)
                     lp, ent = stats.logprobs, stats.entropies
                     loss, m = loss_fn(batch, lp.float(), rows, context=stats)
+                if epoch == 0:  # no optimizer step yet: the policy the rollouts were sampled for
+                    batch.policy_logprobs[rows, :lp.shape[1]] = lp.detach().float()
                 loss.backward()
                 loss_total += float(loss.detach())
                 for k, v in m.items():

@@ -329,12 +329,14 @@ class HFEngine(RolloutEngine):
                  add_special_tokens: bool = False, preallocate: bool = True, cache_block: int = 256,
                  ignore_eos: bool = False, precision: str = "auto", pack_weights: bool = True,
                  continuous: bool = True, refill_fraction: float = 0.25, speculative: Any = None,
-                 kv_compression: KVCompression | None = None) -> None:
+                 kv_compression: KVCompression | None = None, sparse_decode: Any = None) -> None:
         if max_batch_size < 1:
             raise ValueError("max_batch_size must be >= 1")
         if kv_compression is not None and speculative is not None:
             # S3R's exactness is relative to dense attention over the full cache; the two are not combined
             raise ValueError("kv_compression and speculative decoding cannot be combined")
+        if sparse_decode is not None and speculative is not None:
+            raise ValueError("sparse_decode and speculative decoding cannot be combined (S3R drafts sparsely itself)")
         if not 0.0 < refill_fraction <= 1.0:
             raise ValueError(f"refill_fraction must be in (0, 1], got {refill_fraction!r}")
         # Continuous batching: with more rows than max_batch_size (decode slots), a queued row takes a slot as soon as
@@ -349,6 +351,11 @@ class HFEngine(RolloutEngine):
         # last prompt queries attend to, SnapKV-style; opt-in); prompts within its budget decode exactly as without.
         self.kv_compression = kv_compression
         self.kv_compression_stats: KVCompressionStats | None = None  # cumulative over calls
+        # sparse_decode: an agents.policy.sparse.SparsePattern every decode forward attends under (Sparrow's sparse
+        # rollouts: prefill dense, each new token reads sinks + window + top-k keys); the samples then come from the
+        # sparse policy, and their log-probs are the sparse ones (opt-in).
+        self.sparse_decode = sparse_decode
+        self.sparse_decode_stats: Any = None  # agents.policy.sparse.SparseStats, cumulative over calls
         self.policy = policy
         self.model = policy.model
         # Decoding precision: bf16 weights only where the hardware multiplies bf16 (fastpath.resolve_precision);
@@ -388,7 +395,8 @@ class HFEngine(RolloutEngine):
         return {"backend": self.backend, "max_batch_size": self.max_batch_size, "logprobs": "log_softmax(logits/T)",
                 "precision": self.precision, "packed_weights": self.packs is not None, "continuous": self.continuous,
                 **({"speculative": asdict(self.speculative)} if self.speculative is not None else {}),
-                **({"kv_compression": asdict(self.kv_compression)} if self.kv_compression is not None else {})}
+                **({"kv_compression": asdict(self.kv_compression)} if self.kv_compression is not None else {}),
+                **({"sparse_decode": asdict(self.sparse_decode)} if self.sparse_decode is not None else {})}
 
     def decode_model(self) -> Any:
         """The model decoding runs: the policy's own, or (precision bf16, fp32 policy) a bf16 copy refreshed whenever
@@ -538,9 +546,10 @@ class HFEngine(RolloutEngine):
                 mask = torch.cat([mask, mask.new_ones((len(live), 1))], dim=-1)
                 # One new token per row attends to every real cached position: the (B, 1, 1, L) boolean mask is the
                 # padding mask itself, so we hand it over ready-made rather than have transformers rebuild a 4D mask.
-                out = model(input_ids=tokens.unsqueeze(-1),
-                            attention_mask=None if unpadded else mask[:, None, None, :].bool(),
-                            position_ids=last_pos.unsqueeze(-1), use_cache=True, **{self.cache_kw: cache})
+                with self._decode_attention(model):
+                    out = model(input_ids=tokens.unsqueeze(-1),
+                                attention_mask=None if unpadded else mask[:, None, None, :].bool(),
+                                position_ids=last_pos.unsqueeze(-1), use_cache=True, **{self.cache_kw: cache})
                 logits = out.logits[:, -1, :]
             if refill:
                 new, queue = queue[:free], queue[free:]
@@ -552,6 +561,15 @@ class HFEngine(RolloutEngine):
                     cache, logits, mask, last_pos = c2, l2, m2, p2
                 live = live + new
                 unpadded = bool(mask.all())
+
+    def _decode_attention(self, model: Any) -> Any:
+        """The attention one decode forward runs: the model's own, or ``sparse_decode``'s pattern (counted)."""
+        if self.sparse_decode is None:
+            return contextlib.nullcontext()
+        from agents.policy.sparse import SparseStats, sparse_attention
+
+        self.sparse_decode_stats = self.sparse_decode_stats or SparseStats()
+        return sparse_attention(model, self.sparse_decode, self.sparse_decode_stats)
 
     def _finish(self, prompt: list[int], row: _Row, sampling: SamplingParams) -> Rollout:
         ids, lps, ents, reason = row.ids, row.logprobs, row.entropies, row.finish or "length"

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import math
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -42,27 +43,51 @@ SPARSE_ATTENTION = "rlvr_sparse_topk"
 @dataclass(frozen=True)
 class SparsePattern:
     """Which keys a query keeps: ``sinks`` first visible keys, ``window`` most recent ones, ``topk`` best-scoring
-    others (per query head)."""
+    others (per query head), and with a ``schedule`` (Sparrow's sparsity schedule over position) a further fraction
+    of the middle keys that depends on how many keys the query sees.
+
+    ``schedule`` is ``((from_keys, fraction), ...)`` with ``from_keys`` ascending: a query that sees at least
+    ``from_keys`` keys (and fewer than the next entry's) also keeps the ``ceil(fraction * middle)`` best-scoring of its
+    ``middle = visible - sinks - window`` keys, on top of ``topk``. Queries below the first entry add nothing."""
 
     sinks: int = 4
     window: int = 64
     topk: int = 64
+    schedule: tuple[tuple[int, float], ...] = ()
 
     def __post_init__(self) -> None:
         for name in ("sinks", "window", "topk"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise ValueError(f"{name} must be an int >= 0, got {value!r}")
-        if self.sinks + self.window + self.topk == 0:
+        edges = [e for e, _ in self.schedule]
+        if any(not isinstance(e, int) or e < 0 for e in edges) or edges != sorted(set(edges)):
+            raise ValueError(f"schedule positions must be distinct ints >= 0 in ascending order, got {edges!r}")
+        if any(not 0.0 <= float(f) <= 1.0 for _, f in self.schedule):
+            raise ValueError(f"schedule fractions must lie in [0, 1], got {[f for _, f in self.schedule]!r}")
+        if self.sinks + self.window + self.topk == 0 and not any(f > 0 for _, f in self.schedule):
             raise ValueError("a sparse pattern must keep at least one key (sinks + window + topk >= 1)")
 
     @property
     def budget(self) -> int:
-        """Keys kept per query head once the context is longer than the pattern."""
+        """Keys kept per query head once the context is longer than the pattern (without the schedule's share)."""
         return self.sinks + self.window + self.topk
 
+    def fraction(self, visible: int) -> float:
+        """The schedule's fraction of middle keys for a query that sees ``visible`` keys."""
+        share = 0.0
+        for start, fraction in self.schedule:
+            if visible >= start:
+                share = float(fraction)
+        return share
+
+    def extra(self, visible: int) -> int:
+        """Keys the schedule adds to ``topk`` for a query that sees ``visible`` keys."""
+        middle = max(0, int(visible) - self.sinks - self.window)
+        return math.ceil(self.fraction(visible) * middle - 1e-9) if self.schedule else 0
+
     def kept(self, visible: int) -> int:
-        return min(int(visible), self.budget)
+        return min(int(visible), self.budget + self.extra(visible))
 
 
 @dataclass
@@ -105,11 +130,24 @@ def sparse_keep(scores: torch.Tensor, visible: torch.Tensor, pattern: SparsePatt
     rank = visible.cumsum(-1, dtype=torch.int32)  # 1-based rank among the visible keys, from the oldest
     total = rank[..., -1:]
     keep = visible & ((rank <= pattern.sinks) | (total - rank < pattern.window))
-    if pattern.topk:
+    if pattern.schedule:  # per query row: topk + the schedule's share of its middle keys (Sparrow)
+        starts = torch.tensor([e for e, _ in pattern.schedule], device=scores.device, dtype=torch.int32)
+        shares = torch.tensor([0.0] + [float(f) for _, f in pattern.schedule], device=scores.device)
+        share = shares[torch.searchsorted(starts, total.contiguous(), right=True)]
+        middle_count = (total - pattern.sinks - pattern.window).clamp(min=0)
+        count = pattern.topk + torch.ceil(share * middle_count - 1e-9).to(torch.int64)
+    else:
+        count = None
+    width = pattern.topk if count is None else int(count.max()) if count.numel() else 0
+    if width:
         middle = visible & ~keep
         candidates = scores.masked_fill(~middle, float("-inf"))
-        best = candidates.topk(min(pattern.topk, scores.shape[-1]), dim=-1).indices
-        keep |= torch.zeros_like(keep).scatter_(-1, best, True) & middle  # fewer candidates than topk: -inf picks
+        width = min(width, scores.shape[-1])
+        best = candidates.topk(width, dim=-1).indices  # best first
+        take = torch.ones_like(best, dtype=torch.bool) if count is None else (
+            torch.arange(width, device=scores.device) < count)
+        # fewer candidates than the count: the -inf picks are not middle keys and drop out here
+        keep |= torch.zeros_like(keep).scatter_(-1, best, take) & middle
     return keep
 
 
