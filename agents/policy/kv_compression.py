@@ -46,6 +46,8 @@ from typing import Any
 
 import torch
 
+from agents.policy.sparse import set_attention
+
 CAPTURE_ATTENTION_PREFIX = "rlvr_kv_observe"
 
 
@@ -142,13 +144,6 @@ def _observing(inner_name: str) -> Any:
     return forward
 
 
-def _set_attention(model: Any, name: str) -> None:
-    if hasattr(model, "set_attn_implementation"):
-        model.set_attn_implementation(name)
-    else:  # an older transformers: the config attribute is what attention layers read
-        model.config._attn_implementation = name
-
-
 @contextlib.contextmanager
 def observe_queries(model: Any, observe: int) -> Iterator[dict[int, tuple[torch.Tensor, float]]]:
     """Inside the block, every attention call of ``model`` records its last ``observe`` query states (and its softmax
@@ -163,11 +158,11 @@ def observe_queries(model: Any, observe: int) -> Iterator[dict[int, tuple[torch.
     AttentionMaskInterface.register(name, AttentionMaskInterface._global_mapping[previous])
     captured: dict[int, tuple[torch.Tensor, float]] = {}
     token, observe_token = _CAPTURE.set(captured), _OBSERVE.set(int(observe))
-    _set_attention(model, name)
+    set_attention(model, name)
     try:
         yield captured
     finally:
-        _set_attention(model, previous)
+        set_attention(model, previous)
         _CAPTURE.reset(token)
         _OBSERVE.reset(observe_token)
 

@@ -206,7 +206,8 @@ def register() -> str:
     return SPARSE_ATTENTION
 
 
-def _set_attention(model: Any, name: str) -> None:
+def set_attention(model: Any, name: str) -> None:
+    """Switch the attention implementation every layer of ``model`` dispatches to (by its registered name)."""
     if hasattr(model, "set_attn_implementation"):
         model.set_attn_implementation(name)
     else:  # an older transformers: the config attribute is what attention layers read
@@ -220,11 +221,11 @@ def sparse_attention(model: Any, pattern: SparsePattern, stats: SparseStats | No
     register()
     previous = model.config._attn_implementation
     token = _ACTIVE.set((pattern, stats))
-    _set_attention(model, SPARSE_ATTENTION)
+    set_attention(model, SPARSE_ATTENTION)
     try:
         yield
     finally:
-        _set_attention(model, previous)
+        set_attention(model, previous)
         _ACTIVE.reset(token)
 
 
