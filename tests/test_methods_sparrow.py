@@ -175,3 +175,17 @@ def test_dense_training_logprobs_are_stored_for_plain_grpo(tmp_path):
     assert batch.policy_logprobs.shape == batch.behaviour_logprobs.shape
     # dense sampler: the training forward reproduces the sampled log-probs (before the update)
     assert float((batch.policy_logprobs - batch.behaviour_logprobs)[mask].abs().max()) < 2e-5
+
+
+def test_engine_options_restores_the_engine_also_on_error_and_rejects_unknown_options():
+    from agents.policy.engine import engine_options
+
+    engine = SimpleNamespace(sparse_decode=None, sparse_decode_stats="old")
+    with engine_options(engine, sparse_decode="pattern", sparse_decode_stats="new") as e:
+        assert (e.sparse_decode, e.sparse_decode_stats) == ("pattern", "new")
+    assert (engine.sparse_decode, engine.sparse_decode_stats) == (None, "old")
+    with pytest.raises(RuntimeError, match="boom"), engine_options(engine, sparse_decode="pattern"):
+        raise RuntimeError("boom")
+    assert engine.sparse_decode is None
+    with pytest.raises(AttributeError, match="sparse_decod"), engine_options(engine, sparse_decod="typo"):
+        pass

@@ -112,6 +112,9 @@ def test_run_keys_ignore_declarations_but_not_code(tmp_path, monkeypatch):
     method.write_text(body + "\ndeclare(Comparison('m', 'grpo', 'final_accuracy', 'higher', 'claim',\n"
                              "                   known_result='measured: +0.01 [-0.02, 0.04]'))\n")
     assert regression.code_hash(("agents/methods",)) == before  # recording a result keeps the runs
+    documented = '"""What m does."""\n\n\ndef f(x):\n    """Adds one."""\n    return x + 1  # why\n'
+    method.write_text(documented + "\ndeclare(Comparison('m', 'grpo', 'final_accuracy', 'higher', 'claim'))\n")
+    assert regression.code_hash(("agents/methods",)) == before  # so does documenting it
     method.write_text(body.replace("x + 1", "x + 2") + "\ndeclare(Comparison('m', 'grpo', 'final_accuracy', 'higher', 'c'))\n")
     assert regression.code_hash(("agents/methods",)) != before  # a change to what runs retrains
 

@@ -53,11 +53,18 @@ def default_runs_dir() -> Path:
 
 
 def _without_declarations(source: str) -> str:
-    """Python source less its top-level ``declare(...)`` statements (normalized through the AST)."""
+    """Python source less its top-level ``declare(...)`` statements and its docstrings (normalized through the AST,
+    which also drops comments): documenting code, or recording a result, must not retrain the runs it describes."""
     tree = ast.parse(source)
     tree.body = [node for node in tree.body if not (
         isinstance(node, ast.Expr) and isinstance(node.value, ast.Call)
         and getattr(node.value.func, "id", None) == "declare")]
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and body
+                and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
     return ast.unparse(tree)
 
 

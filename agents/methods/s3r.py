@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from agents.grpo.registry import Component, register
-from agents.policy.engine import HFEngine
+from agents.policy.engine import HFEngine, engine_options
 from agents.policy.s3r import S3RConfig, S3RStats
 
 
@@ -39,13 +39,9 @@ class S3RGeneration(Component):
                             f"(vLLM has its own speculative decoding)")
         # the trainer's engine, switched to S3R for this call only: it keeps its weights' derived copies and the
         # trainer's sync_weights calls
-        previous = engine.speculative, engine.speculative_stats
-        engine.speculative, engine.speculative_stats = self.config, S3RStats()
-        try:
+        with engine_options(engine, speculative=self.config, speculative_stats=S3RStats()):
             rollouts = engine.generate(prompts, n, sampling)
             stats = engine.speculative_stats
-        finally:
-            engine.speculative, engine.speculative_stats = previous
         for key, value in stats.__dict__.items():
             setattr(self.step_stats, key, getattr(self.step_stats, key) + value if key != "peak_rows"
                     else max(self.step_stats.peak_rows, value))

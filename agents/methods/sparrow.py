@@ -16,8 +16,10 @@ is split into buckets at ``positions`` (visible keys); bucket ``b`` keeps a shar
 ``mode = "dynamic"`` a feedback rule holds each bucket's tail statistic (the ``quantile`` of ``a_t``, 5th percentile)
 at ``threshold``: after a step, ``f_b`` is multiplied by ``exp(gain)`` where the tail fell below it and by
 ``exp(-gain)`` where it lay above (clipped to ``[min_fraction, 1]``; a bucket with fewer than ``min_tokens`` tokens
-that step keeps its share). ``mode = "fixed"`` never moves the shares (the over-aggressive baseline). No cost model
-and no DistillSparse.
+that step keeps its share). ``mode = "fixed"`` never moves the shares (the over-aggressive baseline). The paper's
+cost model (a schedule chosen offline from a calibration sweep) is ``agents/methods/sparrow_schedule.py`` and
+DistillSparse (a LoRA adapter on the rollout actor) is ``agents/methods/distill_sparse.py``; both are measured by
+``benchmarks/sparrow_schedule.py``, not wired into this controller.
 
 Metrics: ``tail`` (the quantile over all sparse tokens of the step), ``alignment_mean``, ``tail_<b>`` and
 ``fraction_<b>`` per bucket, ``kept_fraction`` (keys read / keys visible over the step's decode forwards),
@@ -34,7 +36,7 @@ import torch
 
 from agents.grpo.comparisons import Comparison, declare
 from agents.grpo.registry import Component, register
-from agents.policy.engine import HFEngine
+from agents.policy.engine import HFEngine, engine_options
 from agents.policy.sparse import SparsePattern, SparseStats
 
 MODES = ("dynamic", "fixed")
@@ -88,13 +90,9 @@ class SparrowGeneration(Component):
             raise TypeError(f"generation controller sparrow decodes with the hf engine's sparse attention, got "
                             f"{type(engine).__name__}")
         # the trainer's engine, switched to sparse decoding for this call only
-        previous = engine.sparse_decode, engine.sparse_decode_stats
-        engine.sparse_decode, engine.sparse_decode_stats = self.pattern(), SparseStats()
-        try:
+        with engine_options(engine, sparse_decode=self.pattern(), sparse_decode_stats=SparseStats()):
             rollouts = engine.generate(prompts, n, sampling)
             stats = engine.sparse_decode_stats
-        finally:
-            engine.sparse_decode, engine.sparse_decode_stats = previous
         self.decode_stats.visible += stats.visible
         self.decode_stats.kept += stats.kept
         self.decode_stats.calls += stats.calls

@@ -624,6 +624,24 @@ def generate_with_abort(engine: RolloutEngine, prompts: Sequence[str] | Sequence
     return first
 
 
+@contextlib.contextmanager
+def engine_options(engine: Any, **options: Any) -> Any:
+    """Set attributes of ``engine`` (``sparse_decode=...``, ``speculative=...``, their stats) for the block and put
+    the previous values back on exit, also on an exception. A GenerationController switches the trainer's own
+    engine this way for one call, so the engine keeps its derived weights and the trainer's ``sync_weights``."""
+    unknown = [name for name in options if not hasattr(engine, name)]
+    if unknown:
+        raise AttributeError(f"{type(engine).__name__} has no option(s) {unknown}")
+    previous = {name: getattr(engine, name) for name in options}
+    for name, value in options.items():
+        setattr(engine, name, value)
+    try:
+        yield engine
+    finally:
+        for name, value in previous.items():
+            setattr(engine, name, value)
+
+
 def make_engine(policy: Any, backend: str = "hf", **kwargs: Any) -> RolloutEngine:
     """``hf`` (any CPU/GPU transformers model) or ``vllm`` (needs the ``vllm`` package and a GPU)."""
     if backend == "hf":

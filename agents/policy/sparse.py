@@ -176,7 +176,8 @@ def sparse_attention_forward(module: torch.nn.Module, query: torch.Tensor, key: 
     if attention_mask is not None and attention_mask.dtype != torch.bool:
         scores = scores + _grouped(attention_mask[..., :kv_len].float(), kv_heads, groups)  # may carry a bias
     keep = sparse_keep(scores, visible, pattern)
-    probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1).nan_to_num_(0.0)  # all-masked rows: 0
+    # all-masked rows: 0 (out of place: the softmax output is saved for backward when a sparse forward is trained)
+    probs = torch.softmax(scores.masked_fill(~keep, float("-inf")), dim=-1).nan_to_num(0.0)
     if dropout and module.training:
         probs = torch.nn.functional.dropout(probs, p=dropout)
     out = torch.matmul(probs.to(value.dtype), value).reshape(b, heads, q_len, value.shape[-1])
