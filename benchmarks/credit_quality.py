@@ -7,7 +7,11 @@ estimator, GRPO as the no-credit floor) and prints each one's agreement with MC:
 segments and sign agreement (agents/grpo/credit_quality.py).
 
     python benchmarks/credit_quality.py [--model micro-countdown] [--lane micro] [--prompts 8] [--n 4]
-        [--boundaries 4] [--rollouts-per-boundary 8] [--max-new-tokens N] [--seed 0] [--json PATH]
+        [--boundaries 4] [--rollouts-per-boundary 8] [--max-new-tokens N] [--seeds 0,1,2] [--json PATH]
+    python benchmarks/credit_quality.py --combine s0.json s1.json s2.json --json PATH   (summarize earlier runs)
+
+With several seeds (one batch each) the summary gives each estimator's mean agreement and a 95% t-interval over
+the batches.
 
 On the micro lane's policy this costs prompts x n x boundaries x rollouts continuations (8 x 4 x 4 x 8 = 1024 by
 default); ``--model tiny`` checks the script end to end in seconds (its random weights give no signal).
@@ -18,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 import tempfile
 from types import SimpleNamespace
 from typing import Any
@@ -76,6 +81,26 @@ def _fmt(x: float) -> str:
     return "   nan" if x is None or (isinstance(x, float) and math.isnan(x)) else f"{x:+.3f}"
 
 
+def summarize(per_seed: list[dict[str, Any]]) -> dict[str, Any]:
+    """Per estimator, the mean Spearman and sign agreement over the seeds' batches with 95% t-intervals (NaN
+    batches, e.g. GRPO's constant credit, are left out of the Spearman mean)."""
+    from agents.grpo.comparisons import t_interval
+
+    names = sorted({n for out in per_seed for n in out.get("agreement", {})})
+    summary: dict[str, Any] = {}
+    for name in names:
+        row: dict[str, Any] = {}
+        for key in ("spearman", "sign_agreement"):
+            values = [float(out["agreement"][name][key]) for out in per_seed if name in out.get("agreement", {})]
+            values = [v for v in values if not math.isnan(v)]
+            row[key] = {"mean": sum(values) / len(values) if values else math.nan, "batches": len(values),
+                        "interval95": list(t_interval(values)) if values else [math.nan, math.nan]}
+        row["segments"] = sum(int(out["agreement"][name]["segments"]) for out in per_seed
+                              if name in out.get("agreement", {}))
+        summary[name] = row
+    return summary
+
+
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--model", default="micro-countdown")
@@ -86,20 +111,41 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--rollouts-per-boundary", type=int, default=8)
     ap.add_argument("--max-new-tokens", type=int, default=None)
     ap.add_argument("--eta", type=float, default=0.5)
-    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--seed", type=int, default=None, help="one batch (same as --seeds N)")
+    ap.add_argument("--seeds", default="0", help="comma-separated: one batch per seed, summarized together")
+    ap.add_argument("--combine", nargs="+", default=None, metavar="JSON",
+                    help="summarize the outputs of earlier runs instead of sampling")
     ap.add_argument("--json", default=None, help="also write the result here")
     args = ap.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="credit-quality-") as tmp:
-        trainer = build_trainer(args.model, args.lane, prompts=args.prompts, n=args.n, seed=args.seed,
-                                max_new_tokens=args.max_new_tokens, out_dir=tmp)
-        out = measure(trainer, boundaries=args.boundaries, rollouts_per_boundary=args.rollouts_per_boundary,
-                      eta=args.eta)
-    out["args"] = vars(args)
-    print(f"{args.model} on {args.lane}: {out.get('rows', 0)} rows, accuracy {out.get('accuracy', float('nan')):.3f}, "
-          f"MC: {out.get('mc', {})}")
-    print(f"{'estimator':>16} {'spearman':>9} {'sign agr':>9} {'segments':>9}")
-    for name, a in out.get("agreement", {}).items():
-        print(f"{name:>16} {_fmt(a['spearman']):>9} {_fmt(a['sign_agreement']):>9} {int(a['segments']):>9}")
+    if args.combine:
+        per_seed = []
+        for path in args.combine:
+            with open(path) as f:
+                loaded = json.load(f)
+            per_seed.extend(loaded.get("per_seed", [loaded]))
+    else:
+        seeds = [args.seed] if args.seed is not None else [int(x) for x in args.seeds.split(",")]
+        per_seed = []
+        for seed in seeds:
+            with tempfile.TemporaryDirectory(prefix="credit-quality-") as tmp:
+                trainer = build_trainer(args.model, args.lane, prompts=args.prompts, n=args.n, seed=seed,
+                                        max_new_tokens=args.max_new_tokens, out_dir=tmp)
+                one = measure(trainer, boundaries=args.boundaries, rollouts_per_boundary=args.rollouts_per_boundary,
+                              eta=args.eta)
+            one["args"] = {**vars(args), "seed": seed}
+            per_seed.append(one)
+            print(f"{args.model} on {args.lane}, seed {seed}: {one.get('rows', 0)} rows, accuracy "
+                  f"{one.get('accuracy', float('nan')):.3f}, MC: {one.get('mc', {})}", flush=True)
+    out = per_seed[0] if len(per_seed) == 1 else {"per_seed": per_seed}
+    out["summary"] = summarize(per_seed)
+    out["command"] = "python benchmarks/credit_quality.py " + " ".join(argv if argv is not None else sys.argv[1:])
+    print(f"{'estimator':>16} {'spearman':>9} {'95% interval':>18} {'sign agr':>9} {'95% interval':>18} "
+          f"{'segments':>9}")
+    for name, a in out["summary"].items():
+        sp, sg = a["spearman"], a["sign_agreement"]
+        print(f"{name:>16} {_fmt(sp['mean']):>9} {_fmt(sp['interval95'][0]):>8},{_fmt(sp['interval95'][1]):>8} "
+              f"{_fmt(sg['mean']):>9} {_fmt(sg['interval95'][0]):>8},{_fmt(sg['interval95'][1]):>8} "
+              f"{a['segments']:>9}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=2, default=float)
@@ -107,7 +153,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    import sys
     from pathlib import Path
 
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # this checkout's agents, not an installed copy

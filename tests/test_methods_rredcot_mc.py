@@ -3,6 +3,7 @@ log-prob / generation services, GRPO equivalence at beta = 0, garbage text, the 
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from types import SimpleNamespace
@@ -421,3 +422,23 @@ def test_credit_quality_script_runs_on_the_tiny_model(tmp_path, capsys):
                           "--boundaries", "2", "--rollouts-per-boundary", "2", "--json", str(tmp_path / "q.json")])
     assert out["rows"] == 4 and out["mc"]["fallback_rows"] == 0  # Countdown rows: the verifier reads the metadata
     assert "rredcot_raw" in capsys.readouterr().out and (tmp_path / "q.json").is_file()
+
+
+def test_credit_quality_summary_over_batches_golden(tmp_path):
+    script = _script()
+    nan = float("nan")
+    a = {"agreement": {"dash": {"spearman": 0.1, "sign_agreement": 0.5, "segments": 10},
+                       "grpo": {"spearman": nan, "sign_agreement": 0.0, "segments": 10}}}
+    b = {"agreement": {"dash": {"spearman": 0.3, "sign_agreement": 0.7, "segments": 12},
+                       "grpo": {"spearman": nan, "sign_agreement": 0.0, "segments": 12}}}
+    summary = script.summarize([a, b])
+    assert summary["dash"]["spearman"]["mean"] == pytest.approx(0.2)
+    # two batches: t(0.975, 1 df) = 12.706, sd 0.1414 -> half-width 12.706 * 0.1414 / sqrt(2) = 1.2706
+    assert summary["dash"]["spearman"]["interval95"] == pytest.approx([0.2 - 1.2706, 0.2 + 1.2706], abs=1e-3)
+    assert summary["dash"]["segments"] == 22
+    assert summary["grpo"]["spearman"]["batches"] == 0 and math.isnan(summary["grpo"]["spearman"]["mean"])
+    for name, out in (("a", a), ("b", b)):
+        (tmp_path / f"{name}.json").write_text(json.dumps(out))
+    combined = script.main(["--combine", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    assert combined["summary"]["dash"]["sign_agreement"]["mean"] == pytest.approx(0.6)
+    assert len(combined["per_seed"]) == 2
