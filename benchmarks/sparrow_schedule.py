@@ -4,10 +4,11 @@ at the threshold, what it would save, and whether a distilled LoRA adapter lets 
 1. **Calibration**: training-stream prompts of the lane's env, ``--n`` sparse rollouts each at every share of
    ``--shares`` (one share for every position); per position bucket, the 5th percentile of
    ``a_t = min(1, pi_dense / pi_sparse)`` (``agents.methods.distill_sparse.alignment``).
-2. **Cost model** (``agents.methods.sparrow_schedule``): dense decode steps of the policy timed at several contexts
-   (``benchmarks/s3r_decoding.py``'s account, batch ``--batch``), fitted as ``rest_s + per_key_s * keys``; the
-   schedule chosen is the smallest feasible share per bucket; its projected decode cost against dense on the
-   calibration workload (an ideal kernel that reads only kept keys: a projection, not a measured time).
+2. **Cost model** (``agents.methods.sparrow_schedule``): ``fixed + per_key * keys`` per decoded token, from the
+   model's FLOPs and from dense decode steps timed at several contexts (``benchmarks/s3r_decoding.py``'s account,
+   batch ``--batch``); the schedule chosen is the smallest feasible share per bucket; its projected decode cost
+   against dense on the calibration workload (an ideal kernel that reads only kept keys: a projection, not a
+   measured time).
 3. **Validation**: other prompts decoded with the chosen schedule; the tails it actually gets; held-out reward of
    those sparse rollouts beside dense rollouts of the same prompts and seeds.
 4. **DistillSparse**: a LoRA adapter distilled on sparse rollouts at ``--distill-share``; the calibration sweep again
@@ -139,8 +140,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "a_t": "min(1, pi_dense(y_t) / pi_sparse(y_t)) per sampled token, token 0 (dense prefill) left out",
             "tail": "5th percentile of a_t over a bucket's tokens",
             "bucket": "position by visible keys (prompt + response so far), from_keys edges",
-            "cost_model": "rest_s + per_key_s * kept_keys per decode step, fitted to dense steps over contexts; an "
-                          "ideal kernel reading only kept keys (a projection, not a measured time)"}}
+            "cost_model": "fixed + per_key * kept_keys per decoded token, from the model's FLOPs ('flops') or fitted "
+                          "to dense decode steps timed over contexts ('timed'); an ideal kernel reading only kept "
+                          "keys (a projection, not a measured time)"}}
 
     print(f"calibration: {len(prompts)} prompts x {args.n}, shares {shares}", flush=True)
     with torch.no_grad():
@@ -148,25 +150,30 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                        args.max_new_tokens, pad_id)
     result["calibration_before"] = {str(s): v for s, v in before.items()}
 
-    print("cost model: dense decode steps", flush=True)
+    print("cost model: the model's FLOPs per token, and dense decode steps timed at several contexts", flush=True)
     steps = account(policy, [int(c) for c in args.contexts.split(",")], [args.batch], base, 5, "fp32", 4)
-    cost = DecodeCost.fit([r["context"] for r in steps], [r["dense_s"] for r in steps])
-    result["cost_model"] = {"rest_s": cost.rest_s, "per_key_s": cost.per_key_s, "batch": args.batch,
-                            "steps": [{k: r[k] for k in ("context", "dense_s", "no_attention_s", "attention_share")}
-                                      for r in steps]}
+    costs = {"flops": DecodeCost.flops(policy.model.config),
+             "timed": DecodeCost.fit([r["context"] for r in steps], [r["dense_s"] for r in steps])}
+    result["cost_model"] = {name: dataclasses.asdict(c) for name, c in costs.items()}
+    result["cost_model"]["timed_steps"] = {
+        "batch": args.batch, "load_average": list(os.getloadavg()),
+        "steps": [{k: r[k] for k in ("context", "dense_s", "no_attention_s", "attention_share")} for r in steps]}
     # the workload: the visible-key counts dense rollouts of the calibration prompts go through
     dense_rolls = sample_sparse(policy, policy.model, prompts, args.n, SamplingParams(
         temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed), pattern_for(base, [0], [1.0]))
     hist = visible_histogram([len(r.prompt_ids) for r in dense_rolls], [r.n_tokens for r in dense_rolls])
+    result["workload"] = {"rollouts": len(dense_rolls), "decoded_tokens": sum(hist.values()),
+                          "visible_keys_histogram": {str(k): v for k, v in sorted(hist.items())}}
 
     def schedule_block(tails_by_share: dict[float, Any]) -> dict[str, Any]:
         tails = {s: [b["tail"] for b in v["buckets"]] for s, v in tails_by_share.items()}
         chosen = choose_schedule(tails, args.threshold)
         uniform = [s for s, v in tails_by_share.items() if v["tail"] >= args.threshold]
-        return {"chosen_shares": chosen, "projection": projection(base, positions, chosen, hist, cost),
-                "smallest_uniform_share_at_threshold": min(uniform) if uniform else None,
-                "uniform_projection": projection(base, positions, [min(uniform)] * len(positions), hist, cost)
-                if uniform else None}
+        smallest = min(uniform) if uniform else None
+        return {"chosen_shares": chosen, "smallest_uniform_share_at_threshold": smallest,
+                **{f"projection_{name}": projection(base, positions, chosen, hist, c) for name, c in costs.items()},
+                **{f"uniform_projection_{name}": projection(base, positions, [smallest] * len(positions), hist, c)
+                   if uniform else None for name, c in costs.items()}}
 
     result["schedule_before"] = schedule_block(before)
     print(f"schedule before: {result['schedule_before']}", flush=True)

@@ -42,14 +42,14 @@ def policy():
 
 def test_decode_cost_fit_and_schedule_cost_golden():
     cost = DecodeCost.fit([100, 200, 400], [0.012, 0.014, 0.018])  # exactly 0.01 + 2e-5 * context
-    assert cost.rest_s == pytest.approx(0.01) and cost.per_key_s == pytest.approx(2e-5)
-    assert DecodeCost.fit([1, 2], [5.0, 3.0]).per_key_s == 0.0  # a negative slope clips: keys never make it faster
+    assert cost.fixed == pytest.approx(0.01) and cost.per_key == pytest.approx(2e-5) and cost.unit == "s"
+    assert DecodeCost.fit([1, 2], [5.0, 3.0]).per_key == 0.0  # a negative slope clips: keys never make it faster
     with pytest.raises(ValueError, match="two distinct"):
         DecodeCost.fit([5, 5], [1.0, 2.0])
     # a 3-token prompt and a 4-token response: tokens 1..3 decode at 4, 5, 6 visible keys
     hist = visible_histogram([3, 5], [4, 1])
     assert hist == {4: 1, 5: 1, 6: 1}
-    cost = DecodeCost(rest_s=1.0, per_key_s=0.5)
+    cost = DecodeCost(fixed=1.0, per_key=0.5)
     assert schedule_cost(None, hist, cost) == pytest.approx(3 * 1.0 + 0.5 * (4 + 5 + 6))
     # sinks 1 + window 2, half of the middle from 5 visible keys on: kept(4) = 3, kept(5) = 3 + 1, kept(6) = 3 + 2
     pattern = pattern_for(SparsePattern(sinks=1, window=2, topk=0), [0, 5], [0.0, 0.5])
@@ -58,6 +58,21 @@ def test_decode_cost_fit_and_schedule_cost_golden():
     proj = projection(SparsePattern(sinks=1, window=2, topk=0), [0, 5], [0.0, 0.5], hist, cost)
     assert proj["speedup"] == pytest.approx(10.5 / 9.0)
     assert proj["kept_fraction"] == pytest.approx(12 / 15)
+
+
+def test_flop_cost_of_a_llama_config_golden():
+    from types import SimpleNamespace
+
+    from agents.policy.sparse import attention_cost
+
+    cfg = SimpleNamespace(hidden_size=8, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                          intermediate_size=16, vocab_size=10)
+    cost = DecodeCost.flops(cfg)
+    # per layer: q, o 8x8 each, k, v 8x4 each = 192; MLP 3 x 8 x 16 = 384; logits 8 x 10 = 80
+    assert cost.fixed == 2 * (2 * (192 + 384) + 80) and cost.unit == "flop"
+    assert cost.per_key == 2 * 2 * 2 * 4 * 2
+    dense = attention_cost(50, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=4, bytes_per_element=4)
+    assert cost.per_key * 50 == dense["dense_flops"]
 
 
 def test_choose_schedule_takes_the_smallest_feasible_share_per_bucket():

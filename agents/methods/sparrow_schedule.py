@@ -4,12 +4,12 @@ threshold, chosen from a calibration sweep instead of the online feedback rule o
 The abstract: "we use a cost model to find the sparsity schedule for maximum speedup under this mismatch threshold".
 Our reading, with its assumptions stated:
 
-- **Cost of a decoded token** (:class:`DecodeCost`): ``rest_s + per_key_s * kept_keys``, where ``kept_keys`` is what
+- **Cost of a decoded token** (:class:`DecodeCost`): ``fixed + per_key * kept_keys``, where ``kept_keys`` is what
   the pattern keeps at the token's visible keys (``SparsePattern.kept``). This is an ideal kernel that reads only the
   kept keys and values (``attention_cost``'s ``block_select`` account); the emulation in ``agents/policy/sparse.py``
-  reads every key, so on CPU this is a projection, not a measured time. ``rest_s`` and ``per_key_s`` are fitted to
-  measured dense decode steps at several context lengths (:meth:`DecodeCost.fit`: least squares of step seconds on
-  context).
+  reads every key, so on CPU this is a projection, not a measured time. Two ways to set the constants: the model's
+  arithmetic (:meth:`DecodeCost.flops`, exact and machine-independent, blind to memory traffic) or a fit to timed
+  dense decode steps at several contexts (:meth:`DecodeCost.fit`, the machine's own balance, noisy under load).
 - **Cost of a schedule**: the sum over the decoded tokens of a workload (the visible-key counts its rollouts went
   through, :func:`visible_histogram`) of the per-token cost under the schedule.
 - **Feasibility**: a calibration sweep decodes the workload at each candidate share ``f`` (one share for every
@@ -34,21 +34,24 @@ from agents.policy.sparse import SparsePattern
 
 @dataclasses.dataclass(frozen=True)
 class DecodeCost:
-    """Seconds of one decode step (all layers, one batch) at ``kept`` keys read: ``rest_s + per_key_s * kept``."""
+    """Cost of decoding one token that reads ``kept`` keys: ``fixed + per_key * kept``, in ``unit`` (``"s"`` for a
+    fit to timed steps, ``"flop"`` for the model's arithmetic)."""
 
-    rest_s: float
-    per_key_s: float
+    fixed: float
+    per_key: float
+    unit: str = "s"
 
     def __post_init__(self) -> None:
-        if not (self.rest_s >= 0 and self.per_key_s >= 0):
-            raise ValueError(f"costs must be >= 0, got rest_s={self.rest_s!r}, per_key_s={self.per_key_s!r}")
+        if not (self.fixed >= 0 and self.per_key >= 0):
+            raise ValueError(f"costs must be >= 0, got fixed={self.fixed!r}, per_key={self.per_key!r}")
 
     def step(self, kept: float) -> float:
-        return self.rest_s + self.per_key_s * kept
+        return self.fixed + self.per_key * kept
 
     @classmethod
     def fit(cls, contexts: Sequence[int], seconds: Sequence[float]) -> DecodeCost:
-        """Least squares of dense step ``seconds`` on ``contexts`` (keys read = context); negative fits clip to 0."""
+        """Least squares of dense step ``seconds`` on ``contexts`` (keys read = context); a negative slope (timing
+        noise) clips to 0."""
         if len(contexts) != len(seconds) or len(contexts) < 2 or len(set(contexts)) < 2:
             raise ValueError("fit needs at least two distinct contexts, one time each")
         n = len(contexts)
@@ -56,7 +59,22 @@ class DecodeCost:
         sxx = sum((x - mx) ** 2 for x in contexts)
         slope = sum((x - mx) * (y - my) for x, y in zip(contexts, seconds)) / sxx
         slope = max(0.0, slope)
-        return cls(rest_s=max(0.0, my - slope * mx), per_key_s=slope)
+        return cls(fixed=max(0.0, my - slope * mx), per_key=slope, unit="s")
+
+    @classmethod
+    def flops(cls, config: Any) -> DecodeCost:
+        """FLOPs per decoded token of a Llama-style ``config`` (2 per multiply-add): the projections, MLP and logits
+        (``fixed``) and, per key read, ``q.k`` and ``p.v`` over every layer and query head (``per_key``). Norms,
+        rotary and softmax are left out. The attention term matches ``agents.policy.sparse.attention_cost``."""
+        hidden, layers = int(config.hidden_size), int(config.num_hidden_layers)
+        heads = int(config.num_attention_heads)
+        kv_heads = int(getattr(config, "num_key_value_heads", None) or heads)
+        head_dim = int(getattr(config, "head_dim", None) or hidden // heads)
+        inter, vocab = int(config.intermediate_size), int(config.vocab_size)
+        attn_proj = hidden * heads * head_dim * 2 + hidden * kv_heads * head_dim * 2  # q, o and k, v
+        mlp = 3 * hidden * inter  # gate, up, down
+        fixed = 2 * (layers * (attn_proj + mlp) + hidden * vocab)
+        return cls(fixed=float(fixed), per_key=float(2 * 2 * heads * head_dim * layers), unit="flop")
 
 
 def visible_histogram(prompt_lengths: Iterable[int], response_lengths: Iterable[int]) -> Counter[int]:
@@ -77,7 +95,7 @@ def pattern_for(base: SparsePattern, positions: Sequence[int], shares: Sequence[
 
 
 def schedule_cost(pattern: SparsePattern | None, histogram: Mapping[int, int], cost: DecodeCost) -> float:
-    """Seconds the workload's decode steps cost under ``pattern`` (``None``: dense, every visible key read)."""
+    """What the workload's decode steps cost under ``pattern`` (``None``: dense, every visible key read)."""
     return sum(count * cost.step(visible if pattern is None else pattern.kept(visible))
                for visible, count in histogram.items())
 
@@ -107,5 +125,5 @@ def projection(base: SparsePattern, positions: Sequence[int], shares: Sequence[f
     sparse = schedule_cost(pattern, histogram, cost)
     visible = sum(v * c for v, c in histogram.items())
     kept = sum(pattern.kept(v) * c for v, c in histogram.items())
-    return {"shares": list(shares), "dense_s": dense, "sparse_s": sparse,
+    return {"shares": list(shares), "unit": cost.unit, "dense_cost": dense, "sparse_cost": sparse,
             "speedup": dense / sparse if sparse else math.inf, "kept_fraction": kept / visible if visible else 1.0}
