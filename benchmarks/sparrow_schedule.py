@@ -11,8 +11,9 @@ at the threshold, what it would save, and whether a distilled LoRA adapter lets 
    measured time).
 3. **Validation**: other prompts decoded with the chosen schedule; the tails it actually gets; held-out reward of
    those sparse rollouts beside dense rollouts of the same prompts and seeds.
-4. **DistillSparse**: a LoRA adapter distilled on sparse rollouts at ``--distill-share``; the calibration sweep again
-   with the adapter-merged actor against the unchanged dense policy; the schedule and projection after.
+4. **DistillSparse**: for each share of ``--distill-shares``, a fresh LoRA adapter distilled on sparse rollouts at
+   that share; the calibration sweep again with the adapter-merged actor against the unchanged dense policy; the
+   schedule and projection after, and the held-out reward and tails at that share before and after.
 
     python benchmarks/sparrow_schedule.py [--model micro-countdown] [--lane micro] [--prompts 64] [--n 4]
         [--shares 0,0.05,0.1,0.2,0.35,0.5,0.75,1] [--distill-steps 60] [--out benchmarks/results/sparrow_schedule.json]
@@ -96,7 +97,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--max-new-tokens", type=int, default=192)
     ap.add_argument("--contexts", default="32,64,128,192,256")
     ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--distill-share", type=float, default=0.0)
+    ap.add_argument("--distill-shares", default="0,0.05", help="one fresh adapter distilled at each share")
     ap.add_argument("--distill-steps", type=int, default=60)
     ap.add_argument("--distill-rank", type=int, default=8)
     ap.add_argument("--distill-lr", type=float, default=1e-3)
@@ -122,6 +123,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     started = time.perf_counter()
     shares = [float(s) for s in args.shares.split(",")]
+    distill_shares = [float(s) for s in args.distill_shares.split(",")] if args.distill_shares else []
     positions = [int(p) for p in args.positions.split(",")]
     base = SparsePattern(sinks=args.sinks, window=args.window, topk=0)
     policy = load_policy(args.model)
@@ -179,56 +181,60 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     print(f"schedule before: {result['schedule_before']}", flush=True)
 
     # validation on the held-out stream: the chosen schedule's real tails, and reward vs dense (same seeds)
-    def validate(actor: Any, shares_: list[float]) -> dict[str, Any]:
+    def validate(dense_policy: Any, actor: Any, shares_: list[float]) -> dict[str, Any]:
         sp = SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed + 1)
         pattern = pattern_for(base, positions, shares_)
-        rolls = sample_sparse(policy, actor, held_prompts, args.n, sp, pattern)
+        rolls = sample_sparse(dense_policy, actor, held_prompts, args.n, sp, pattern)
         with torch.no_grad():
-            stats = alignment(policy.model, rolls, positions, pad_id=pad_id)
+            stats = alignment(dense_policy.model, rolls, positions, pad_id=pad_id)
         r = rewards(held_env, held_tasks, rolls, args.n)
+        stats["shares"] = list(shares_)
         stats["reward_mean"] = sum(r) / len(r)
         stats["mean_len"] = sum(x.n_tokens for x in rolls) / len(rolls)
         return stats
+
+    def report(label: str, stats: dict[str, Any]) -> None:
+        print(f"  {label}: shares {stats['shares']} reward {stats['reward_mean']:.3f} tail {stats['tail']:.3f} "
+              f"mean a_t {stats['mean']:.3f}", flush=True)
 
     dense_held = sample_sparse(policy, policy.model, held_prompts, args.n, SamplingParams(
         temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed + 1), pattern_for(base, [0], [1.0]))
     dense_reward = rewards(held_env, held_tasks, dense_held, args.n)
     result["held_out_dense"] = {"reward_mean": sum(dense_reward) / len(dense_reward),
                                 "mean_len": sum(x.n_tokens for x in dense_held) / len(dense_held)}
-    result["validation_before"] = validate(policy.model, result["schedule_before"]["chosen_shares"])
-    result["held_out_aggressive_before"] = validate(policy.model, [args.distill_share] * len(positions))
-    print(f"held-out: dense reward {result['held_out_dense']['reward_mean']:.3f}; chosen schedule "
-          f"{result['validation_before']['reward_mean']:.3f} tail {result['validation_before']['tail']:.3f}; share "
-          f"{args.distill_share} reward {result['held_out_aggressive_before']['reward_mean']:.3f} tail "
-          f"{result['held_out_aggressive_before']['tail']:.3f}", flush=True)
+    print(f"held-out: dense reward {result['held_out_dense']['reward_mean']:.3f}", flush=True)
+    result["validation_before"] = validate(policy, policy.model, result["schedule_before"]["chosen_shares"])
+    report("chosen schedule", result["validation_before"])
 
-    print(f"DistillSparse at share {args.distill_share}: {args.distill_steps} steps", flush=True)
-    dcfg = DistillSparseConfig(rank=args.distill_rank, alpha=2.0 * args.distill_rank, lr=args.distill_lr,
-                               steps=args.distill_steps, prompts_per_step=8, n=args.n, divergence=args.divergence,
-                               seed=args.seed)
-    t0 = time.perf_counter()
-    model, history = distill_sparse(policy, pattern_for(base, [0], [args.distill_share]), distill_prompts,
-                                    SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens), dcfg,
-                                    log=lambda r: print(f"  {r}", flush=True) if r["step"] % 10 == 0 else None)
-    actor = merged_actor(model)
-    dense_model = model.get_base_model()
-    result["distill"] = {"config": dataclasses.asdict(dcfg), "seconds": time.perf_counter() - t0,
-                         "history": history,
-                         "trainable_parameters": sum(p.numel() for p in model.parameters() if p.requires_grad)}
-    with model.disable_adapter(), torch.no_grad():
-        dense_policy = dataclasses.replace(policy, model=dense_model)
-        after = sweep(dense_model, dense_policy, actor, prompts, args.n, shares, base, positions, args.seed,
-                      args.max_new_tokens, pad_id)
-        result["calibration_after"] = {str(s): v for s, v in after.items()}
-        result["schedule_after"] = schedule_block(after)
-        print(f"schedule after: {result['schedule_after']}", flush=True)
-        policy = dense_policy
-        result["validation_after"] = validate(actor, result["schedule_after"]["chosen_shares"])
-        result["held_out_aggressive_after"] = validate(actor, [args.distill_share] * len(positions))
-    print(f"held-out after: chosen schedule reward {result['validation_after']['reward_mean']:.3f} tail "
-          f"{result['validation_after']['tail']:.3f}; share {args.distill_share} reward "
-          f"{result['held_out_aggressive_after']['reward_mean']:.3f} tail "
-          f"{result['held_out_aggressive_after']['tail']:.3f}", flush=True)
+    result["distill"] = []
+    for share in distill_shares:
+        block: dict[str, Any] = {"share": share}
+        block["held_out_before"] = validate(policy, policy.model, [share] * len(positions))
+        report(f"share {share} before DistillSparse", block["held_out_before"])
+        print(f"DistillSparse at share {share}: {args.distill_steps} steps", flush=True)
+        fresh = load_policy(args.model)  # the adapter wraps the model in place: one fresh copy per share
+        dcfg = DistillSparseConfig(rank=args.distill_rank, alpha=2.0 * args.distill_rank, lr=args.distill_lr,
+                                   steps=args.distill_steps, prompts_per_step=8, n=args.n,
+                                   divergence=args.divergence, seed=args.seed)
+        t0 = time.perf_counter()
+        model, history = distill_sparse(fresh, pattern_for(base, [0], [share]), distill_prompts,
+                                        SamplingParams(temperature=1.0, max_new_tokens=args.max_new_tokens), dcfg,
+                                        log=lambda r: print(f"  {r}", flush=True) if r["step"] % 10 == 0 else None)
+        actor = merged_actor(model)
+        block.update(config=dataclasses.asdict(dcfg), seconds=time.perf_counter() - t0, history=history,
+                     trainable_parameters=sum(p.numel() for p in model.parameters() if p.requires_grad))
+        with model.disable_adapter(), torch.no_grad():  # the dense policy: the base weights, adapter off
+            dense_policy = dataclasses.replace(fresh, model=model.get_base_model())
+            after = sweep(dense_policy.model, dense_policy, actor, prompts, args.n, shares, base, positions,
+                          args.seed, args.max_new_tokens, pad_id)
+            block["calibration_after"] = {str(s): v for s, v in after.items()}
+            block["schedule_after"] = schedule_block(after)
+            print(f"schedule after: {block['schedule_after']}", flush=True)
+            block["validation_after"] = validate(dense_policy, actor, block["schedule_after"]["chosen_shares"])
+            report("chosen schedule after", block["validation_after"])
+            block["held_out_after"] = validate(dense_policy, actor, [share] * len(positions))
+            report(f"share {share} after DistillSparse", block["held_out_after"])
+        result["distill"].append(block)
     result["machine"]["load_average_at_end"] = list(os.getloadavg())
     result["wall_s"] = time.perf_counter() - started
     result["command"] = "python benchmarks/sparrow_schedule.py " + " ".join(argv if argv is not None else sys.argv[1:])
