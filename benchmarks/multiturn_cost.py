@@ -23,6 +23,7 @@ import json
 import multiprocessing as mp
 import os
 import platform
+import queue as queue_mod
 import resource
 import sys
 import time
@@ -90,7 +91,15 @@ def measure(mode: str, model: str, episodes: int) -> dict:
     queue = ctx.Queue()
     proc = ctx.Process(target=_worker, args=(mode, model, episodes, queue))
     proc.start()
-    out = queue.get()
+    while True:  # a worker killed by the kernel (out of memory) never puts its result: say so instead of waiting
+        try:
+            out = queue.get(timeout=5)
+            break
+        except queue_mod.Empty:
+            if not proc.is_alive():
+                code = proc.exitcode
+                hint = " (killed: most likely out of memory; try fewer --episodes)" if code == -9 else ""
+                raise RuntimeError(f"the {mode}-turn worker exited with code {code} before reporting{hint}") from None
     proc.join()
     return out
 

@@ -297,3 +297,18 @@ def test_sft_cli_writes_a_loadable_model(tmp_path):
     assert reloaded.n_params == load_policy("tiny").n_params
     with pytest.raises(SystemExit, match="not empty"):
         main(["--env", "rlvr/ToolUse-v0", "--model", "tiny", "--tasks", "1", "--out", str(out)])
+
+
+def test_multiturn_cost_benchmark_reports_a_worker_that_died_instead_of_waiting():
+    import importlib
+    import sys
+    from pathlib import Path
+
+    # imported by name (not from a file spec): the spawned worker re-imports the module to find its target
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "benchmarks"))
+    try:
+        mod = importlib.import_module("multiturn_cost")
+        with pytest.raises(RuntimeError, match="single-turn worker exited with code 1"):
+            mod.measure("single", "/nonexistent/model-dir", 1)  # load_policy fails in the worker
+    finally:
+        sys.path.pop(0)
