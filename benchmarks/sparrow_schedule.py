@@ -62,7 +62,10 @@ def rewards(env: Any, tasks: list[dict[str, Any]], rollouts: list[Any], n: int) 
 
 
 def sweep(dense_model: Any, policy: Any, actor: Any, prompts: list[str], n: int, shares: list[float],
-          base: Any, positions: list[int], seed: int, max_new_tokens: int, pad_id: int) -> dict[float, Any]:
+          base: Any, positions: list[int], seed: int, max_new_tokens: int, pad_id: int,
+          keep: dict[float, Any] | None = None) -> dict[float, Any]:
+    """Alignment statistics of ``actor``'s sparse rollouts at each share (``keep``, when given, collects the
+    rollouts by share)."""
     from agents.methods.distill_sparse import alignment, sample_sparse
     from agents.methods.sparrow_schedule import pattern_for
     from agents.policy import SamplingParams
@@ -77,6 +80,8 @@ def sweep(dense_model: Any, policy: Any, actor: Any, prompts: list[str], n: int,
         stats["seconds"] = time.perf_counter() - t0
         stats["mean_len"] = sum(r.n_tokens for r in rolls) / len(rolls)
         out[share] = stats
+        if keep is not None:
+            keep[share] = rolls
         print(f"  share {share:.2f}: tail {stats['tail']:.3f} mean {stats['mean']:.3f} buckets "
               f"{[round(b['tail'], 3) if not math.isnan(b['tail']) else None for b in stats['buckets']]} "
               f"({stats['tokens']} tokens, {stats['seconds']:.1f} s)", flush=True)
@@ -148,8 +153,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
     print(f"calibration: {len(prompts)} prompts x {args.n}, shares {shares}", flush=True)
     with torch.no_grad():
+        calibration_rollouts: dict[float, Any] = {}
         before = sweep(policy.model, policy, policy.model, prompts, args.n, shares, base, positions, args.seed,
-                       args.max_new_tokens, pad_id)
+                       args.max_new_tokens, pad_id, keep=calibration_rollouts)
     result["calibration_before"] = {str(s): v for s, v in before.items()}
 
     print("cost model: the model's FLOPs per token, and dense decode steps timed at several contexts", flush=True)
@@ -161,7 +167,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "batch": args.batch, "load_average": list(os.getloadavg()),
         "steps": [{k: r[k] for k in ("context", "dense_s", "no_attention_s", "attention_share")} for r in steps]}
     # the workload: the visible-key counts dense rollouts of the calibration prompts go through
-    dense_rolls = sample_sparse(policy, policy.model, prompts, args.n, SamplingParams(
+    # (share 1.0 keeps every key: the calibration already decoded them when it swept that share)
+    dense_rolls = calibration_rollouts.get(1.0) or sample_sparse(policy, policy.model, prompts, args.n, SamplingParams(
         temperature=1.0, max_new_tokens=args.max_new_tokens, seed=args.seed), pattern_for(base, [0], [1.0]))
     hist = visible_histogram([len(r.prompt_ids) for r in dense_rolls], [r.n_tokens for r in dense_rolls])
     result["workload"] = {"rollouts": len(dense_rolls), "decoded_tokens": sum(hist.values()),

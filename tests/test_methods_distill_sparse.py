@@ -11,10 +11,10 @@ import torch
 
 from agents.methods.distill_sparse import (
     DistillSparseConfig,
-    _divergence,
     _response_logits,
     alignment,
     distill_sparse,
+    divergence,
     merged_actor,
     sample_sparse,
     sparse_logprobs,
@@ -118,7 +118,7 @@ def test_distill_sparse_adapter_starts_as_identity_keeps_dense_and_lowers_the_di
                 with model.disable_adapter():
                     t, _, mask = _response_logits(model, held[4 * i].prompt_ids, rows, None, pad)
                 s, _, _ = _response_logits(model, held[4 * i].prompt_ids, rows, TIGHT, pad)
-                total += float((_divergence(t, s, "forward") * mask).sum())
+                total += float((divergence(t, s, "forward") * mask).sum())
                 count += int(mask.sum())
         return total / count
 

@@ -34,8 +34,9 @@ from typing import Any
 
 import torch
 
+from agents.grpo.distill import token_divergence
 from agents.methods.sparrow import bucket_of, token_alignment
-from agents.policy.engine import HFEngine, Rollout, SamplingParams
+from agents.policy.engine import HFEngine, Rollout, SamplingParams, cache_kwarg
 from agents.policy.sparse import SparsePattern, sparse_attention
 
 DIVERGENCES = ("forward", "reverse")
@@ -65,13 +66,6 @@ class DistillSparseConfig:
             raise ValueError("lr and alpha must be > 0")
 
 
-def _cache_kw(model: Any) -> str:
-    import inspect
-
-    base = model.get_base_model() if hasattr(model, "get_base_model") else model  # a peft wrapper takes **kwargs
-    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
-
-
 def _response_logits(model: Any, prompt_ids: Sequence[int], responses: Sequence[Sequence[int]],
                      pattern: SparsePattern | None, pad_id: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Logits ``(R, T, V)`` predicting each response token of rollouts that share one prompt, as the engine computes
@@ -87,7 +81,7 @@ def _response_logits(model: Any, prompt_ids: Sequence[int], responses: Sequence[
         mask[i, :len(r)] = True
     prompt = torch.tensor([list(prompt_ids)] * rows, dtype=torch.long)
     cache = DynamicCache()
-    kw = _cache_kw(model)
+    kw = cache_kwarg(model)
     first = model(input_ids=prompt, use_cache=True, **{kw: cache}).logits[:, -1:]
     if width == 1:
         return first.float(), ids, mask
@@ -108,11 +102,10 @@ def sparse_logprobs(model: Any, prompt_ids: Sequence[int], responses: Sequence[S
     return logp * mask
 
 
-def _divergence(teacher_logits: torch.Tensor, student_logits: torch.Tensor, kind: str) -> torch.Tensor:
-    t, s = torch.log_softmax(teacher_logits, -1), torch.log_softmax(student_logits, -1)
-    if kind == "forward":
-        return (t.exp() * (t - s)).sum(-1)
-    return (s.exp() * (s - t)).sum(-1)
+def divergence(teacher_logits: torch.Tensor, student_logits: torch.Tensor, kind: str) -> torch.Tensor:
+    """Per position: ``forward`` = KL(teacher || student), ``reverse`` = KL(student || teacher) (the distillation
+    losses' generalized JSD at beta 0 and 1)."""
+    return token_divergence(student_logits, teacher_logits, "jsd", beta=0.0 if kind == "forward" else 1.0)
 
 
 def add_adapter(model: Any, cfg: DistillSparseConfig) -> Any:
@@ -205,7 +198,7 @@ def distill_sparse(policy: Any, pattern: SparsePattern, prompts: Sequence[str], 
             with torch.no_grad(), model.disable_adapter():
                 teacher, _, mask = _response_logits(model, prompt, rows, None, pad_id)
             student, _, _ = _response_logits(model, prompt, rows, pattern, pad_id)
-            div = _divergence(teacher / sampling.temperature, student / sampling.temperature, cfg.divergence)
+            div = divergence(teacher / sampling.temperature, student / sampling.temperature, cfg.divergence)
             loss = (div * mask).sum() / max(1, total_tokens)
             loss.backward()
             loss_sum += float(loss.detach())

@@ -110,6 +110,13 @@ class RolloutEngine(abc.ABC):
         return {"backend": self.backend}
 
 
+def cache_kwarg(model: Any) -> str:
+    """The forward's KV-cache argument: transformers 5.x renamed ``past_key_values`` to ``cache`` (the cache object
+    is updated in place either way). A peft wrapper's forward takes ``**kwargs``, so its base model is asked."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    return "cache" if "cache" in inspect.signature(base.forward).parameters else "past_key_values"
+
+
 def rollout_seeds(n_prompts: int, n: int, sampling: SamplingParams, seeds: Sequence[int] | None) -> list[list[int]]:
     """Per-rollout seeds ``[prompt][sample]``: from ``seeds[i]`` and ``j``, else from ``sampling.seed``, ``i`` and ``j``;
     with neither, from torch's global RNG (so ``torch.manual_seed`` still makes a run repeatable)."""
@@ -375,9 +382,7 @@ class HFEngine(RolloutEngine):
         eos = eos_ids(self.model, self.tokenizer)
         self.pad_id = int(pad) if pad is not None else (min(eos) if eos else 0)
         self.max_positions = getattr(self.model.config, "max_position_embeddings", None)
-        # transformers 5.x renamed the forward's `past_key_values` to `cache`; the cache object is updated in place.
-        params = inspect.signature(self.model.forward).parameters
-        self.cache_kw = "cache" if "cache" in params else "past_key_values"
+        self.cache_kw = cache_kwarg(self.model)
 
     def sync_weights(self, model: Any) -> None:
         """Drop the derived copies (MKL-packed linears, the bf16 decoding copy) so the next ``generate`` rebuilds them
