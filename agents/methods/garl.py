@@ -233,7 +233,11 @@ declare(Comparison(
     method="garl", baseline="grpo", metric="final_accuracy", direction="higher", tag="hard", overrides=_HARD,
     claim="GARL (q = 0.75) escapes cold start where GRPO stalls: amplifying each prompt's RL gradient by "
           "max(P_hat, 1/M)^(-q) 'substantially mitigates cold-start stalling, escaping cold start where GRPO fails "
-          "entirely' (FinQA, HotPotQA, MuSiQue; here: Countdown-3 with targets 60-120, beyond the warm start's 2-40)"))
+          "entirely' (FinQA, HotPotQA, MuSiQue; here: Countdown-3 with targets 60-120, beyond the warm start's 2-40)",
+    known_result=(
+        "micro lane, seeds 0-2 at 60211bd: final mean@4 0.335 vs GRPO 0.337, diff -0.002 [-0.046, +0.054]: not "
+        "reproduced. GRPO does not stall on this setting (step-0 0.015-0.024 -> 0.295 / 0.347 / 0.370), so the "
+        "premise is not met; GARL finished ahead on seed 0 (0.345) and behind on seeds 1-2 (0.326, 0.335)")))
 declare(Comparison(
     method="paft", baseline="grpo", metric="final_accuracy", direction="higher", tag="hard", overrides=_HARD,
     claim="PAFT (q = 0.75: SFT on correct samples weighted P_hat^(1-q)) learns from a small success probability p0 "
