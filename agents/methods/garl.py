@@ -242,4 +242,8 @@ declare(Comparison(
     method="paft", baseline="grpo", metric="final_accuracy", direction="higher", tag="hard", overrides=_HARD,
     claim="PAFT (q = 0.75: SFT on correct samples weighted P_hat^(1-q)) learns from a small success probability p0 "
           "where GRPO stalls (the paper: both estimators address cold start; PAFT at q = 0.75 best on HotPotQA, 47.9 "
-          "maj@16, +14.4 over GRPO; here: Countdown-3 with targets 60-120, beyond the warm start's 2-40)"))
+          "maj@16, +14.4 over GRPO; here: Countdown-3 with targets 60-120, beyond the warm start's 2-40)",
+    known_result=(
+        "micro lane, seeds 0-2 at 60211bd: final mean@4 0.374 vs GRPO 0.337, diff +0.036 [-0.001, +0.074]: "
+        "inconclusive. Ahead on seeds 0-1 (0.361, 0.391 vs 0.295, 0.347), even on seed 2 (0.369 vs 0.370); GRPO "
+        "does not stall on this setting, so the premise is not met")))
