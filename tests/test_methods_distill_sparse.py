@@ -154,3 +154,27 @@ def test_distill_sparse_config_validation():
         DistillSparseConfig(divergence="sideways")
     with pytest.raises(ValueError, match="steps"):
         DistillSparseConfig(steps=0)
+
+
+def test_adapter_state_round_trips_onto_new_dense_weights_and_rejects_a_misfit(policy):
+    from agents.methods.distill_sparse import actor_with_adapter, adapter_state, add_adapter
+
+    cfg = DistillSparseConfig(rank=4, alpha=8, seed=0)
+    dense = load_policy("tiny", seed=0).model
+    peft_model = add_adapter(load_policy("tiny", seed=0).model, cfg)
+    with torch.no_grad():
+        for name, p in peft_model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0, 0.05)  # a trained-looking adapter (B = 0 would be the identity)
+    state = adapter_state(peft_model)
+    ids = torch.tensor([[3, 4, 5, 6]])
+    actor = actor_with_adapter(dense, state, cfg)
+    with torch.no_grad():
+        torch.testing.assert_close(actor(input_ids=ids).logits, peft_model(input_ids=ids).logits, atol=1e-4, rtol=0)
+        # the dense model it was built from is untouched and differs from the actor
+        assert not any("lora" in n for n, _ in dense.named_parameters())
+        assert float((dense(input_ids=ids).logits - actor(input_ids=ids).logits).abs().max()) > 1e-3
+    with pytest.raises((ValueError, RuntimeError)):
+        actor_with_adapter(dense, state, DistillSparseConfig(rank=8, seed=0))  # another rank: a misfit
+    with pytest.raises(ValueError, match="does not fit"):
+        actor_with_adapter(dense, {k: v for k, v in list(state.items())[1:]}, cfg)  # one tensor missing

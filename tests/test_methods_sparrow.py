@@ -164,6 +164,61 @@ def test_in_the_trainer_alignment_is_read_from_the_training_forward_and_runs_res
     assert any(r["generation_controller.fraction_1"] != 0.1 for r in train)
 
 
+def test_distill_sparse_in_the_controller_decodes_with_dense_plus_adapter_and_resumes(tmp_path):
+    from agents.methods.distill_sparse import actor_with_adapter, sparse_logprobs
+
+    stages = {"generation_controller": "sparrow"}
+    params = {"rollout_allocator": {"n": 4},
+              "generation_controller": {"sinks": 1, "window": 1, "positions": [0], "fractions": 0.0, "mode": "fixed",
+                                        "distill_every": 2,
+                                        "distill": {"rank": 4, "alpha": 8, "lr": 1e-2, "steps": 2, "n": 2,
+                                                    "prompts_per_step": 2}}}
+    settings = dict(engine=fp32_hf_engine, stages=stages, params=params, steps=4, checkpoint_every=2, eval_every=0,
+                    eval_size=2, prompts_per_step=2, max_new_tokens=6, temperature=1.0, precision="fp32")
+    t = trainer(tmp_path / "one", **settings)
+    ctrl = t.components["generation_controller"]
+    t.step = 1
+    batch, _ = t.collect()
+    assert ctrl.adapter is not None and ctrl.adapter_step == 1
+    assert any(float(v.abs().max()) > 0 for k, v in ctrl.adapter.items() if "lora_B" in k)  # distilled: B left 0
+    assert not any("lora" in name for name, _ in t.model.named_parameters())  # the trainer's model stays plain
+    # the step's rollouts were sampled by dense + adapter under the pattern, not by the dense weights' own sparse pass
+    actor = actor_with_adapter(t.model, ctrl.adapter, ctrl.distill_cfg)
+    gaps_actor, gaps_dense = [], []
+    with torch.no_grad():
+        for prompt, response, sampled in zip(batch.prompt_ids, batch.response_ids, batch.behaviour_logprobs):
+            n = len(response)
+            if n:
+                actor_lp = sparse_logprobs(actor, prompt, [response], ctrl.pattern())[0]
+                dense_lp = sparse_logprobs(t.model, prompt, [response], ctrl.pattern())[0]
+                gaps_actor.append(float((actor_lp - sampled[:n]).abs().max()))
+                gaps_dense.append(float((dense_lp - sampled[:n]).abs().max()))
+    assert gaps_actor
+    assert max(gaps_actor) < 2e-4 and max(gaps_dense) > 1e-3, (max(gaps_actor), max(gaps_dense))
+    # over a run: distilled on steps 1 and 3 (every 2), the actor rebuilt every step, and a resumed run is identical
+    full = trainer(tmp_path / "full", **settings).run(resume=False)
+    cut = trainer(tmp_path / "cut", **settings)
+    cut.run(resume=False, stop_after=3)
+    resumed = trainer(tmp_path / "cut", **settings).run(resume=True)
+    assert strip(resumed) == strip(full)
+    train = [r for r in full if r["kind"] == "train"]
+    distilled = [r["step"] for r in train if "generation_controller.distill_loss_last" in r]
+    assert distilled == [1, 3], distilled
+    assert all(math.isfinite(r["generation_controller.distill_loss_first"]) for r in train
+               if r["step"] in distilled)
+
+
+def test_distill_sparse_settings_are_checked_up_front():
+    with pytest.raises(ValueError, match="distill_every"):
+        build("generation_controller", "sparrow", {"distill_every": -1})
+    with pytest.raises(ValueError, match="distill_every = 0"):
+        build("generation_controller", "sparrow", {"distill": {"steps": 3}})
+    with pytest.raises(ValueError, match="divergence"):
+        build("generation_controller", "sparrow", {"distill_every": 1, "distill": {"divergence": "sideways"}})
+    with pytest.raises(TypeError):
+        build("generation_controller", "sparrow", {"distill_every": 1, "distill": {"ranks": 3}})
+
+
 def test_dense_training_logprobs_are_stored_for_plain_grpo(tmp_path):
     t = trainer(tmp_path, engine=fp32_hf_engine, temperature=1.0, max_new_tokens=6, precision="fp32", eval_size=0)
     t.step = 1

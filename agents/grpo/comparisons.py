@@ -22,6 +22,8 @@ Metrics (``value(records)`` per run; the difference is method minus baseline):
 - ``rollouts_per_useful_group``: rollouts generated per group with any reward variance (counted before any filter).
 - ``accuracy_at_flops``: held-out accuracy of each run at the last eval within the smaller of the pair's two FLOP
   totals (the pair read at equal compute).
+- ``rollout_kept_fraction``: keys read / keys visible over the run's sparse training decodes (the mean over steps of
+  the generation controller's ``kept_fraction``). Lower is better; Sparrow's sparsity at a given alignment threshold.
 - ``final_eval_coverage``: Countdown solution coverage of the last held-out eval (distinct correct solutions per task
   over its ``eval_samples``; ``rlvr_envs.harness.coverage``). Interval: paired bootstrap over seeds and tasks.
 
@@ -206,11 +208,21 @@ def final_eval_coverage(records: Sequence[dict[str, Any]], **_: Any) -> float:
     return float(last["eval_coverage"])
 
 
+def rollout_kept_fraction(records: Sequence[dict[str, Any]], **_: Any) -> float:
+    """Mean over training steps of the share of visible keys the sparse rollouts read (Sparrow's controllers)."""
+    kept = [r["generation_controller.kept_fraction"] for r in records
+            if r.get("kind") == "train" and "generation_controller.kept_fraction" in r]
+    if not kept:
+        raise ValueError("rollout_kept_fraction needs a sparse generation controller (no kept_fraction recorded)")
+    return float(np.mean(kept))
+
+
 METRICS: dict[str, Callable[..., float]] = {
     "final_accuracy": final_accuracy, "accuracy_auc": accuracy_auc, "rollouts_to_target": rollouts_to_target,
     "final_eval_tokens": final_eval_tokens, "tokens_to_target": tokens_to_target, "flops_to_target": flops_to_target,
     "wall_to_target": wall_to_target, "rollouts_per_useful_group": rollouts_per_useful_group,
     "accuracy_at_flops": accuracy_at_flops, "final_eval_coverage": final_eval_coverage,
+    "rollout_kept_fraction": rollout_kept_fraction,
 }
 # Metrics whose value needs a target accuracy (start + gain).
 TARGET_METRICS = frozenset({"rollouts_to_target", "tokens_to_target", "flops_to_target", "wall_to_target"})

@@ -124,11 +124,48 @@ def merged_actor(peft_model: Any) -> Any:
     return copy.deepcopy(peft_model).merge_and_unload()
 
 
+def adapter_state(peft_model: Any) -> dict[str, torch.Tensor]:
+    """The adapter's own tensors (LoRA A and B), detached CPU copies: what a checkpoint keeps."""
+    from peft import get_peft_model_state_dict
+
+    return {k: v.detach().cpu().clone() for k, v in get_peft_model_state_dict(peft_model).items()}
+
+
+def load_adapter(peft_model: Any, state: dict[str, torch.Tensor]) -> None:
+    """Put ``state`` (from :func:`adapter_state`) into ``peft_model``'s adapter; any missing or extra tensor (another
+    rank or other target modules) is an error, not a silent partial load."""
+    from peft import set_peft_model_state_dict
+
+    result = set_peft_model_state_dict(peft_model, state)
+    unexpected = list(getattr(result, "unexpected_keys", []) or [])
+    wanted = set(adapter_state(peft_model))
+    if unexpected or set(state) != wanted:
+        raise ValueError(f"distill_sparse: adapter state does not fit this adapter (unexpected {unexpected[:3]}, "
+                         f"missing {sorted(wanted - set(state))[:3]})")
+
+
+def actor_with_adapter(dense_model: Any, state: dict[str, torch.Tensor], cfg: DistillSparseConfig) -> Any:
+    """The rollout actor for the current dense weights: a copy of ``dense_model`` with the adapter ``state`` merged
+    in (``dense_model`` is left untouched). In RL the dense weights move every step while the adapter is re-distilled
+    only now and then, so the actor is rebuilt from the current weights each time."""
+    model = add_adapter(copy.deepcopy(dense_model), cfg)
+    load_adapter(model, state)
+    return model.merge_and_unload()
+
+
 def sample_sparse(policy: Any, actor: Any, prompts: Sequence[str], n: int, sampling: SamplingParams,
                   pattern: SparsePattern) -> list[Rollout]:
     """``n`` rollouts per prompt decoded by ``actor`` (the policy's own model when no adapter) under ``pattern``."""
-    actor_policy = dataclasses.replace(policy, model=actor)
-    return HFEngine(actor_policy, precision="fp32", sparse_decode=pattern).generate(prompts, n, sampling)
+    return HFEngine(with_model(policy, actor), precision="fp32", sparse_decode=pattern).generate(prompts, n, sampling)
+
+
+def with_model(policy: Any, model: Any) -> Any:
+    """A shallow copy of ``policy`` (a dataclass or any object with a ``model`` attribute) holding ``model``."""
+    if dataclasses.is_dataclass(policy):
+        return dataclasses.replace(policy, model=model)
+    out = copy.copy(policy)
+    out.model = model
+    return out
 
 
 def alignment(dense_model: Any, rollouts: Sequence[Rollout], positions: Sequence[int], *, quantile: float = 0.05,
@@ -166,12 +203,16 @@ def _quantile(values: torch.Tensor, q: float) -> float:
 
 
 def distill_sparse(policy: Any, pattern: SparsePattern, prompts: Sequence[str], sampling: SamplingParams,
-                   cfg: DistillSparseConfig | None = None, *, log: Any = None) -> tuple[Any, list[dict[str, float]]]:
+                   cfg: DistillSparseConfig | None = None, *, log: Any = None,
+                   init_adapter: dict[str, torch.Tensor] | None = None) -> tuple[Any, list[dict[str, float]]]:
     """Distill a LoRA adapter on ``policy.model`` (wrapped in place; see :func:`add_adapter`) so its sparse decoding
-    under ``pattern`` matches the dense model. Prompts are drawn in order, cycling. Returns the peft model and one
-    record per update (loss, tokens, seconds)."""
+    under ``pattern`` matches the dense model. Prompts are drawn in order, cycling. ``init_adapter`` (an
+    :func:`adapter_state`) continues an earlier adapter instead of starting from the identity; the optimizer starts
+    fresh either way. Returns the peft model and one record per update (loss, tokens, seconds)."""
     cfg = cfg or DistillSparseConfig()
     model = add_adapter(policy.model, cfg)
+    if init_adapter is not None:
+        load_adapter(model, init_adapter)
     pad_id = getattr(policy.tokenizer, "pad_token_id", None) or 0
     params = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=0.0)
