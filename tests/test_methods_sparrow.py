@@ -128,6 +128,15 @@ def test_feedback_rule_moves_each_bucket_toward_the_threshold():
     assert again.fractions == [1.0] and again.steps_below == 1
 
 
+def run_full_and_resumed(tmp_path, settings) -> list[dict]:
+    """A full run's records, after checking that one cut at step 3 and resumed from its checkpoint matches them."""
+    full = trainer(tmp_path / "full", **settings).run(resume=False)
+    trainer(tmp_path / "cut", **settings).run(resume=False, stop_after=3)
+    resumed = trainer(tmp_path / "cut", **settings).run(resume=True)
+    assert strip(resumed) == strip(full)
+    return full
+
+
 def test_bad_hyper_parameters_raise():
     for params, match in [({"mode": "lazy"}, "mode"), ({"positions": [5, 10]}, "start at 0"),
                           ({"positions": [0, 10], "fractions": [0.1]}, "fractions"), ({"threshold": 1.5}, "threshold")]:
@@ -153,12 +162,7 @@ def test_in_the_trainer_alignment_is_read_from_the_training_forward_and_runs_res
     mask = batch.response_mask.bool()
     assert float((batch.policy_logprobs - before)[mask].abs().max()) < 2e-5
     assert float((batch.policy_logprobs - batch.behaviour_logprobs)[mask].abs().max()) > 1e-4
-    full = trainer(tmp_path / "full", **settings).run(resume=False)
-    cut = trainer(tmp_path / "cut", **settings)
-    cut.run(resume=False, stop_after=3)
-    resumed = trainer(tmp_path / "cut", **settings).run(resume=True)
-    assert strip(resumed) == strip(full)
-    train = [r for r in full if r["kind"] == "train"]
+    train = [r for r in run_full_and_resumed(tmp_path, settings) if r["kind"] == "train"]
     assert all(0 < r["generation_controller.kept_fraction"] < 1 for r in train)
     assert all(0 <= r["generation_controller.tail"] <= 1 for r in train)
     assert any(r["generation_controller.fraction_1"] != 0.1 for r in train)
@@ -196,12 +200,7 @@ def test_distill_sparse_in_the_controller_decodes_with_dense_plus_adapter_and_re
     assert gaps_actor
     assert max(gaps_actor) < 2e-4 and max(gaps_dense) > 1e-3, (max(gaps_actor), max(gaps_dense))
     # over a run: distilled on steps 1 and 3 (every 2), the actor rebuilt every step, and a resumed run is identical
-    full = trainer(tmp_path / "full", **settings).run(resume=False)
-    cut = trainer(tmp_path / "cut", **settings)
-    cut.run(resume=False, stop_after=3)
-    resumed = trainer(tmp_path / "cut", **settings).run(resume=True)
-    assert strip(resumed) == strip(full)
-    train = [r for r in full if r["kind"] == "train"]
+    train = [r for r in run_full_and_resumed(tmp_path, settings) if r["kind"] == "train"]
     distilled = [r["step"] for r in train if "generation_controller.distill_loss_last" in r]
     assert distilled == [1, 3], distilled
     assert all(math.isfinite(r["generation_controller.distill_loss_first"]) for r in train
