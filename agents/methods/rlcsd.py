@@ -98,5 +98,9 @@ class RLCSDAdvantage(Component):
 
 declare(Comparison(
     method="rlcsd", baseline="grpo", metric="final_accuracy", direction="higher",
+    known_result=(
+        "micro lane, seeds 0-1 (c3bbb6b runs; two paired seeds fitted the session): final mean@4 0.496 vs GRPO 0.510, "
+        "diff -0.014 [-0.042, +0.016]: not reproduced (seed 0 equal at 0.495, seed 1 0.497 vs 0.525 after leading "
+        "at steps 10-50). Token signal mean |s_t| 0.44 nats, so lam 0.1 adds ~0.04 per token; step cost 1.3-1.7x"),
     claim="RLCSD (contrastive on-policy self-distillation: correct-hint vs wrong-hint token gap beside GRPO's "
           "advantage) consistently outperforms GRPO and prior OPSD methods (Qwen3 1.7B-8B, Olmo-3-7B-Think)"))
