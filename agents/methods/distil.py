@@ -67,6 +67,6 @@ declare(Comparison(
     known_result=(
         "micro lane, seed 0 only (c3bbb6b runs; a collapsing run costs ~100 s/step): final mean@4 0.000 vs GRPO 0.495, "
         "diff -0.495 [-0.550, -0.439]: not reproduced. Collapse as OPSD's: reward 0 by step 12, responses at the "
-        "192-token cap from step 20; the feedback-conditioned expert scored the student's tokens 2.5-3.5 nats lower"),
+        "192-token cap from step 20; the feedback-conditioned expert scored the student's tokens 2.5-3.5 nats lower over steps 1-10"),
     claim="DistIL (forward cross-entropy to a feedback-conditioned stop-gradient expert on student-visited states) "
           "improves over RLVR and RL-with-self-distillation baselines (scientific reasoning, coding, hard math)"))
