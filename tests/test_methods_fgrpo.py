@@ -73,6 +73,14 @@ def test_inprocess_rounds_move_the_server_and_a_failing_client_is_dropped(tmp_pa
     assert [r["step"] for r in records if r["kind"] == "eval"] == [0, 1, 2, 3]
 
 
+def test_rounds_with_no_client_warn_and_stop_the_run_past_the_limit(tmp_path):
+    with pytest.warns(RuntimeWarning, match="client 1 dropped from round 0"):
+        records = fed_trainer(tmp_path / "a", fail={"0": 0, "1": 0}).run(resume=False)  # one empty round: goes on
+    assert [r["clients"] for r in records if r["kind"] == "train"] == [0, 2, 2]
+    with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="no client answered in 1 rounds"):
+        fed_trainer(tmp_path / "b", fail={"0": 0, "1": 0}, max_empty_rounds=1).run(resume=False)
+
+
 def test_resumed_federated_run_equals_the_uninterrupted_one(tmp_path):
     whole = strip(fed_trainer(tmp_path / "whole").run(resume=False))
     fed_trainer(tmp_path / "cut").run(resume=False, stop_after=2)

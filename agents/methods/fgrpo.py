@@ -144,7 +144,9 @@ class FGRPOAggregator(Component):
     def __init__(self, clients: list[dict[str, Any]] | None = None, local_steps: int = 1, tau: float = 0.1,
                  ema: float = 0.5, client_lr: float = 1.0, backend: str = "inprocess", ray_address: str | None = None,
                  ray_cpus: int | None = None, threads: int | None = None, fail: dict[str, int] | None = None,
-                 trainer_factory: str | None = None):
+                 trainer_factory: str | None = None, max_empty_rounds: int = 3):
+        if int(max_empty_rounds) < 1:
+            raise ValueError(f"fgrpo: max_empty_rounds must be >= 1, got {max_empty_rounds!r}")
         if not clients or not isinstance(clients, list) or not all(isinstance(c, dict) for c in clients):
             raise ValueError("fgrpo: clients must be a non-empty list of tables (each a client's env settings)")
         if local_steps < 1 or not (tau > 0) or not 0 < ema <= 1 or client_lr <= 0:
@@ -159,6 +161,10 @@ class FGRPOAggregator(Component):
         self.baselines: list[float | None] = [None] * len(clients)
         self._clients: list[Any] = [None] * len(clients)
         self._metrics: dict[str, float] = {}
+        # rounds in a row in which no client answered: past max_empty_rounds the run stops (a run whose every client
+        # fails would otherwise "finish" without training), with the clients' errors
+        self.max_empty_rounds, self.empty_rounds = int(max_empty_rounds), 0
+        self.errors: dict[int, str] = {}
 
     # -- clients ---------------------------------------------------------------------------------------------------
     def _client(self, k: int, cfg_dict: dict[str, Any]) -> Any:
@@ -191,20 +197,27 @@ class FGRPOAggregator(Component):
             for k in range(len(self.specs)):
                 try:
                     pending[k] = self._client(k, cfg_dict).run_round.remote(params, r, self.local_steps)
-                except Exception:  # noqa: BLE001  (an actor that cannot start is dropped like a dead one)
-                    self._clients[k] = None
+                except Exception as e:  # noqa: BLE001  (an actor that cannot start is dropped like a dead one)
+                    self._dropped(k, r, e)
             for k, ref in pending.items():
                 try:
                     results.append(ray.get(ref))
-                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError):
-                    self._clients[k] = None  # started again next round
+                except (ray.exceptions.RayActorError, ray.exceptions.RayTaskError) as e:
+                    self._dropped(k, r, e)  # started again next round
         else:
             for k in range(len(self.specs)):
                 try:
                     results.append(self._client(k, cfg_dict).run_round(params, r, self.local_steps))
-                except Exception:  # noqa: BLE001  (a failing client is dropped from the round, the run goes on)
-                    self._clients[k] = None
+                except Exception as e:  # noqa: BLE001  (a failing client is dropped from the round, the run goes on)
+                    self._dropped(k, r, e)
         return results
+
+    def _dropped(self, k: int, r: int, error: BaseException) -> None:
+        import warnings
+
+        self._clients[k] = None
+        self.errors[k] = f"{type(error).__name__}: {str(error)[:300]}"
+        warnings.warn(f"fgrpo: client {k} dropped from round {r}: {self.errors[k]}", RuntimeWarning, stacklevel=3)
 
     # -- the server ------------------------------------------------------------------------------------------------
     def weights(self, results: list[dict[str, Any]]) -> np.ndarray:
@@ -248,8 +261,13 @@ class FGRPOAggregator(Component):
                           grad_norm=grad_norm, weight_max=float(w.max()), weight_min=float(w.min()),
                           **{f"reward_client{res['client']}": res["reward"] for res in results},
                           **{f"weight_client{res['client']}": float(wi) for wi, res in zip(w, results)})
+            self.empty_rounds = 0
         else:
             record.update(rollouts=0, skipped=True)
+            self.empty_rounds += 1
+            if self.empty_rounds >= self.max_empty_rounds:
+                raise RuntimeError(f"fgrpo: no client answered in {self.empty_rounds} rounds in a row (up to step "
+                                   f"{trainer.step}); last errors: {self.errors}")
         record.update(rollouts_total=trainer.rollouts_total, tokens_total=trainer.tokens_total,
                       train_s=time.perf_counter() - t0, gen_s=0.0, **trainer.flop_record())
         self._metrics = {"clients_answered": float(len(results)), "clients_dropped": float(len(self.specs) - len(results))}
