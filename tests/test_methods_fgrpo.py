@@ -19,10 +19,11 @@ TESTS = str(Path(__file__).resolve().parent)
 CLIENTS = [{"env_kwargs": {"ks": [0, 1]}}, {"env_kwargs": {"ks": [2, 3]}}]
 
 
-def fed_trainer(out, *, steps: int = 3, **aggregator) -> object:
+def fed_trainer(out, *, steps: int = 3, seed: int = 0, **aggregator) -> object:
     params = {"clients": CLIENTS, "trainer_factory": "grpo_toys:federated_toy_trainer", "threads": 1, "tau": 0.5,
               **aggregator}
-    return trainer(out, steps=steps, stages={"aggregator": "fgrpo"}, checkpoint_every=1, eval_size=4, eval_every=1,
+    return trainer(out, steps=steps, seed=seed, stages={"aggregator": "fgrpo"}, checkpoint_every=1, eval_size=4,
+                   eval_every=1,
                    params={"rollout_allocator": {"n": 4}, "aggregator": params})
 
 
@@ -79,6 +80,12 @@ def test_rounds_with_no_client_warn_and_stop_the_run_past_the_limit(tmp_path):
     assert [r["clients"] for r in records if r["kind"] == "train"] == [0, 2, 2]
     with pytest.warns(RuntimeWarning), pytest.raises(RuntimeError, match="no client answered in 1 rounds"):
         fed_trainer(tmp_path / "b", fail={"0": 0, "1": 0}, max_empty_rounds=1).run(resume=False)
+
+
+def test_run_seeds_past_zero_train_every_client(tmp_path):
+    # the clients' derived seeds once overflowed torch.manual_seed for every run seed >= 1 (all clients dropped)
+    records = fed_trainer(tmp_path / "s", steps=2, seed=7).run(resume=False)
+    assert [r["clients"] for r in records if r["kind"] == "train"] == [2, 2]
 
 
 def test_resumed_federated_run_equals_the_uninterrupted_one(tmp_path):

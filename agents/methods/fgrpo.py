@@ -44,6 +44,7 @@ from agents.grpo.comparisons import Comparison, declare
 from agents.grpo.registry import Component, register
 
 BACKENDS = ("inprocess", "ray")
+CLIENT_SEED_MODULUS = 2**18  # a client's per-round seed stays below this (see FederatedClient.run_round)
 # A client's step-record fields the server's round record reports (means over its local steps, then over clients).
 STEP_KEYS = ("reward_mean", "shaped_reward_mean", "accuracy", "response_len_mean", "sampler_entropy")
 
@@ -118,7 +119,9 @@ class FederatedClient:
                 named[k].copy_(v)
         tr.engine.sync_weights(tr.model)
         # stateless between rounds: samplers re-seeded per round, plain SGD
-        tr.cfg.seed = self.base_seed * 100_003 + round_index
+        # folded below 2**18: the trainer multiplies its seed by ~8e12 on the way to torch.manual_seed, which takes
+        # 64-bit ints (unfolded, every run seed >= 1 overflowed and all clients failed); seed 0's values are kept
+        tr.cfg.seed = (self.base_seed * 100_003 + round_index) % CLIENT_SEED_MODULUS
         tr.components = {stage: _build_component(stage, tr.cfg) for stage in tr.components}
         for c in tr.components.values():
             c.bind(tr.services)
