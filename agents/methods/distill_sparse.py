@@ -134,11 +134,11 @@ def adapter_state(peft_model: Any) -> dict[str, torch.Tensor]:
 def load_adapter(peft_model: Any, state: dict[str, torch.Tensor]) -> None:
     """Put ``state`` (from :func:`adapter_state`) into ``peft_model``'s adapter; any missing or extra tensor (another
     rank or other target modules) is an error, not a silent partial load."""
-    from peft import set_peft_model_state_dict
+    from peft import get_peft_model_state_dict, set_peft_model_state_dict
 
     result = set_peft_model_state_dict(peft_model, state)
     unexpected = list(getattr(result, "unexpected_keys", []) or [])
-    wanted = set(adapter_state(peft_model))
+    wanted = set(get_peft_model_state_dict(peft_model))  # the names only: no copy of the tensors
     if unexpected or set(state) != wanted:
         raise ValueError(f"distill_sparse: adapter state does not fit this adapter (unexpected {unexpected[:3]}, "
                          f"missing {sorted(wanted - set(state))[:3]})")

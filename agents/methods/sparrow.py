@@ -130,26 +130,23 @@ class SparrowGeneration(Component):
     def _distilled_engine(self, engine: HFEngine, prompts: Sequence[str], sampling: Any) -> HFEngine:
         """A sparse-decoding engine over the actor = current dense weights + the DistillSparse adapter, distilling
         the adapter first when it is due."""
-        pattern = self.pattern()
-        with torch.random.fork_rng(devices=[]):  # peft's LoRA init seeds torch's global RNG; keep the trainer's
-            return self._distilled_engine_unseeded(engine, prompts, sampling, pattern)
-
-    def _distilled_engine_unseeded(self, engine: HFEngine, prompts: Sequence[str], sampling: Any,
-                                   pattern: SparsePattern) -> HFEngine:
         from agents.methods.distill_sparse import actor_with_adapter, adapter_state, distill_sparse, with_model
 
-        if self.adapter is None or self.step - self.adapter_step >= self.distill_every:
-            t0 = time.perf_counter()
-            student = with_model(engine.policy, copy.deepcopy(engine.model))
-            cfg = dataclasses.replace(self.distill_cfg, seed=self.distill_cfg.seed + 1009 * self.step)
-            peft_model, history = distill_sparse(student, pattern, list(prompts), sampling, cfg,
-                                                 init_adapter=self.adapter)
-            self.adapter, self.adapter_step = adapter_state(peft_model), self.step
-            self.last.update(distill_loss_first=history[0]["loss"], distill_loss_last=history[-1]["loss"],
-                             distill_s=time.perf_counter() - t0)
-        actor = actor_with_adapter(engine.model, self.adapter, self.distill_cfg)
-        out = HFEngine(with_model(engine.policy, actor), max_batch_size=engine.max_batch_size,
-                       precision=engine.precision, continuous=engine.continuous, sparse_decode=pattern)
+        pattern = self.pattern()
+        due = self.adapter is None or self.step - self.adapter_step >= self.distill_every
+        with torch.random.fork_rng(devices=[]):  # peft's LoRA init seeds torch's global RNG; keep the trainer's
+            if due:
+                t0 = time.perf_counter()
+                student = with_model(engine.policy, copy.deepcopy(engine.model))
+                cfg = dataclasses.replace(self.distill_cfg, seed=self.distill_cfg.seed + 1009 * self.step)
+                peft_model, history = distill_sparse(student, pattern, list(prompts), sampling, cfg,
+                                                     init_adapter=self.adapter)
+                self.adapter, self.adapter_step = adapter_state(peft_model), self.step
+                self.last.update(distill_loss_first=history[0]["loss"], distill_loss_last=history[-1]["loss"],
+                                 distill_s=time.perf_counter() - t0)
+            actor = actor_with_adapter(engine.model, self.adapter, self.distill_cfg)
+            out = HFEngine(with_model(engine.policy, actor), max_batch_size=engine.max_batch_size,
+                           precision=engine.precision, continuous=engine.continuous, sparse_decode=pattern)
         out.sparse_decode_stats = SparseStats()
         return out
 
