@@ -15,6 +15,9 @@ Built-in terms (``TERMS``), each a function of the episode's ``Verdict``, the mo
 - ``tool_precision``: ``min(1, plan_length / calls_made)`` of a *correct* episode, else 0 (ungated, an episode
   that makes no call at all would score 1); read from ``info["precision"]`` or ``info``'s call counts, 0 where the
   env reports neither.
+- ``tool_recall``: ``min(1, plan_calls_hit / plan_length)``, the share of the gold plan's calls the episode made
+  successfully, ungated by correctness and with extra calls free: a recall-style reward that pays for any correct
+  call (the baseline the tool-orchestration paper's precision reward is set against); 0 where the env reports no hits.
 
 Without ``rubric=``, an env's rubric is ``{"correctness": 1.0}`` plus ``{"format": format_reward}`` when the
 ``format_reward`` shortcut is non-zero, which gives exactly the rewards envs gave before rubrics existed.
@@ -105,11 +108,23 @@ def tool_precision() -> TermFn:
     return lambda x: _precision(x.info) if x.verdict.correct else 0.0
 
 
+def _recall(info: Mapping[str, Any]) -> float:
+    hits, plan = info.get("plan_calls_hit"), info.get("plan_length")
+    if not hits or not plan:
+        return 0.0
+    return min(1.0, float(hits) / float(plan))
+
+
+def tool_recall() -> TermFn:
+    return lambda x: _recall(x.info)
+
+
 TERMS: dict[str, Callable[..., TermFn]] = {
     "correctness": correctness,
     "format": format_term,
     "length": length,
     "tool_precision": tool_precision,
+    "tool_recall": tool_recall,
 }
 
 

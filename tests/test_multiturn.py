@@ -243,6 +243,21 @@ def test_episode_stats():
     assert stats["calls_per_episode"] == 2.0 and stats["tool_use_rate"] == 0.5
     assert stats["invalid_call_rate"] == 0.25 and stats["turns_per_episode"] == 2.0
     assert stats["env_token_frac"] == pytest.approx(0.25)
+    assert "plan_recall" not in stats and "precision_solved" not in stats  # no env with a gold plan
+
+
+def test_episode_stats_plan_precision_and_recall():
+    from agents.grpo.batch import Sample
+
+    def s(calls, plan, hits, correct):
+        return Sample("g", "", [1], [0], "", float(correct), correct=correct, token_mask=[True],
+                      info={"calls": calls, "plan_length": plan, "plan_calls_hit": hits, "turns": ["x"]})
+
+    # solved minimally (precision 1), solved verbosely (2 of 6 calls needed: 1/3), failed after 1 of 4 plan calls
+    stats = episode_stats([s(2, 2, 2, True), s(6, 2, 2, True), s(5, 4, 1, False)])
+    assert stats["precision_solved"] == pytest.approx((1 + 1 / 3) / 2)
+    assert stats["plan_recall"] == pytest.approx((1 + 1 + 0.25) / 3)
+    assert "precision_solved" not in episode_stats([s(5, 4, 1, False)])  # nothing solved: no precision to report
 
 
 def test_a_template_that_rewrites_history_plays_on_for_eval_but_is_refused_for_training(policy):

@@ -78,6 +78,38 @@ def test_tool_precision_term_on_tool_use():
     assert terminated and info["rubric"] == {"correctness": 0.0, "tool_precision": 0.0} and reward == 0.0
 
 
+def test_tool_recall_term_pays_each_plan_call_once_and_ignores_extra_calls():
+    rubric = {"correctness": 1.0, "tool_recall": 0.5}
+    env = gym.make("rlvr/ToolUse-v0", precision_penalty=False, rubric=rubric).unwrapped
+    index = next(i for i in range(200) if env.task_for(i).metadata["plan_length"] == 2)
+    gold = env.gold_turns(env.task_for(index))
+    first, second, final = gold[0], gold[1], gold[-1]
+    cases = [
+        ([first, second, final], 1.0, 2),  # the plan, then the answer: solved, full recall
+        ([first, first, first, second, final], 1.0, 2),  # the first call three times: still solved, counted once
+        ([first, final], 0.5, 1),  # half the plan: wrong state, yet half the recall is paid
+        (['<tool_call>{"name": "no_such_tool", "arguments": {}}</tool_call>', final], 0.0, 0),
+    ]
+    for turns, recall, hits in cases:
+        env.reset(options={"index": index})
+        for turn in turns:
+            _, reward, terminated, truncated, info = env.step(turn)
+            if terminated or truncated:
+                break
+        correct = float(info["correct"])
+        assert info["plan_calls_hit"] == hits and info["rubric"] == {"correctness": correct, "tool_recall": recall}
+        assert reward == pytest.approx(correct + 0.5 * recall)
+    # the precision reward pays the verbose episode less than the minimal one; the recall reward pays both 1.5
+    precise = gym.make("rlvr/ToolUse-v0").unwrapped
+    rewards = []
+    for turns in ([first, second, final], [first, first, first, second, final]):
+        precise.reset(options={"index": index})
+        for turn in turns:
+            _, reward, *_ = precise.step(turn)
+        rewards.append(reward)
+    assert rewards == [1.0, 0.5]
+
+
 def test_rubric_errors():
     with pytest.raises(ValueError, match="not both"):
         gym.make(ARITH, format_reward=0.1, rubric={"correctness": 1.0})

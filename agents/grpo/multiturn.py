@@ -95,17 +95,29 @@ def episode_samples(agent: Any, items: Sequence[tuple[int, int, int]], episodes:
                   "format_ok": info.get("format_ok"), "answer": info.get("answer"), "metadata": group["metadata"],
                   "messages": group["messages"], "turns": list(ep.turns), "calls": calls_of(last),
                   "invalid_calls": int(last.get("invalid_calls", 0) or 0), "overflow": stream.overflow,
+                  "plan_length": last.get("plan_length"), "plan_calls_hit": last.get("plan_calls_hit"),
                   "ended": ep.final is not None}))
     return samples
 
 
 def episode_stats(samples: Sequence[Sample]) -> dict[str, float]:
-    """Collapse guards for the train record: turns and calls per episode, invalid-call and tool-use rates."""
+    """Collapse guards for the train record: turns and calls per episode, invalid-call and tool-use rates; for envs
+    with a gold plan (ToolUse), ``plan_recall`` (share of the plan's calls made) and ``precision_solved`` (plan length
+    over calls made, mean over solved episodes; absent when none was solved)."""
     if not samples:
         return {}
     calls = np.array([s.info.get("calls", 0) for s in samples], dtype=float)
     invalid = float(sum(s.info.get("invalid_calls", 0) for s in samples))
-    return {"turns_per_episode": float(np.mean([len(s.info.get("turns", [])) for s in samples])),
+    planned = [s for s in samples if s.info.get("plan_length")]
+    plan: dict[str, float] = {}
+    if planned:  # envs with a gold plan (ToolUse): is the calling minimal (precision) and complete (recall)?
+        plan["plan_recall"] = float(np.mean([min(1.0, (s.info.get("plan_calls_hit") or 0) / s.info["plan_length"])
+                                             for s in planned]))
+        solved = [s for s in planned if s.correct]
+        if solved:  # precision of the solved episodes only: a failed one's calls say nothing about verbosity
+            plan["precision_solved"] = float(np.mean([min(1.0, s.info["plan_length"] / max(1, s.info.get("calls", 0)))
+                                                      for s in solved]))
+    return {**plan,"turns_per_episode": float(np.mean([len(s.info.get("turns", [])) for s in samples])),
             "calls_per_episode": float(calls.mean()),
             "tool_use_rate": float((calls > 0).mean()),
             "invalid_call_rate": invalid / calls.sum() if calls.sum() else 0.0,
