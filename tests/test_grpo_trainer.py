@@ -193,6 +193,15 @@ def test_mean_reward_rises_on_toy_task(tmp_path):
     assert (tmp_path / "metrics.jsonl").is_file()
 
 
+def test_a_large_run_seed_trains_and_an_out_of_range_one_is_refused(tmp_path):
+    # the per-call seed grows ~8e12 x the run seed: 3e6 used to overflow torch.manual_seed's int64
+    records = trainer(tmp_path, steps=1, seed=3_000_000).run(resume=False)
+    assert [r["step"] for r in records if r["kind"] == "train"] == [1]
+    for bad in (-1, 2**32, True, 1.5):
+        with pytest.raises(ValueError, match="seed must be an integer"):
+            trainer(tmp_path / "bad", steps=1, seed=bad)
+
+
 def test_checkpoint_holds_everything_and_resume_is_exact(tmp_path):
     full = trainer(tmp_path / "full", steps=6, checkpoint_every=3).run(resume=False)
     first = trainer(tmp_path / "cut", steps=6, checkpoint_every=3)

@@ -86,6 +86,8 @@ class TrainConfig:
     params: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     def validate(self) -> None:
+        if isinstance(self.seed, bool) or not isinstance(self.seed, int) or not 0 <= self.seed < 2**32:
+            raise ValueError(f"seed must be an integer in [0, 2**32), got {self.seed!r}")
         unknown = set(self.stages) - set(STAGES)
         if unknown:
             raise ValueError(f"unknown stage(s) {sorted(unknown)} in [stages]; stages: {', '.join(STAGES)}")

@@ -211,7 +211,9 @@ class Trainer:
         ctrl = self.components["generation_controller"]
         for call, n in enumerate(sorted(by_n)):
             gids = by_n[n]
-            call_seed = seed * 7919 + call
+            # folded into int64: a large run seed (call seeds grow ~8e12x faster) stays a valid torch / engine seed;
+            # every seed below 2**63 is unchanged
+            call_seed = (seed * 7919 + call) % 2**63
             sampling = ctrl.sampling(make_sampling(temperature=self.cfg.temperature, top_p=self.cfg.top_p,
                                                    max_new_tokens=self.cfg.max_new_tokens, seed=call_seed), self.step)
             torch.manual_seed(call_seed)  # engines without a per-call seed still draw reproducibly
