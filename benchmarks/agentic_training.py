@@ -173,8 +173,41 @@ def stage_report(env: str, out: Path, seed: int, result: Path) -> dict[str, Any]
     report["command"] = f"python benchmarks/agentic_training.py {{sft,base,{arms},report}} --env {env}"
     result.parent.mkdir(parents=True, exist_ok=True)
     result.write_text(json.dumps(report, indent=1) + "\n")
+    if runs:
+        plot(report, list(rewards), result.with_suffix(".png"))
     print(json.dumps({k: v for k, v in report.items() if k not in ("definition",)}, indent=1)[:3000])
     return report
+
+
+def plot(report: dict[str, Any], arms: list[str], path: Path) -> Path:
+    """Left: calls per episode over training, each arm; right: held-out success before SFT, after SFT, after RL."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    bars = {"base": (report.get("base") or {}).get("eval_accuracy"),
+            "SFT": (report.get("after_sft") or {}).get("eval_accuracy")}
+    for arm in arms:
+        run = report.get(f"rl_{arm}")
+        if not run:
+            continue
+        curve = run["train_curve"]
+        left.plot([c["step"] for c in curve], [c["calls_per_episode"] for c in curve], marker=".", label=arm)
+        bars[f"RL {arm}\n(step {run['evals'][-1]['step']})"] = run["evals"][-1]["eval_accuracy"]
+    left.set_xlabel("RL step")
+    left.set_ylabel("tool calls / searches per episode (training)")
+    left.legend(fontsize=8)
+    names = [k for k, v in bars.items() if v is not None]
+    right.bar(names, [bars[k] for k in names], color="tab:blue")
+    right.set_ylabel("held-out success (greedy)")
+    right.set_ylim(0, 1)
+    fig.suptitle(f"{report['env']}: SmolLM2, SFT on oracle trajectories, then GRPO (seed {report['seed']})", fontsize=9)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -60,3 +60,4 @@ def test_report_pairs_the_two_tooluse_arms(tmp_path):
     assert lo <= 0.5 <= hi
     assert report["after_sft"]["eval_accuracy"] == 0.5 and report["rl_recall"]["steps_done"] == 1
     assert json.loads((tmp_path / "out.json").read_text())["env"] == "rlvr/ToolUse-v0"
+    assert (tmp_path / "out.png").stat().st_size > 1000
