@@ -112,14 +112,12 @@ def stage_rl(env: str, out: Path, reward: str, seed: int, steps: int) -> None:
     Trainer(cfg).run(resume=True)
 
 
-def _records(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def stage_report(env: str, out: Path, seed: int, result: Path) -> dict[str, Any]:
     import numpy as np
 
+    from agents.grpo.comparisons import evals as eval_records
     from agents.grpo.comparisons import paired_bootstrap
+    from agents.grpo.metrics import MetricsLog
 
     keys = ("eval_accuracy", "precision_solved", "plan_recall", "calls_per_episode", "turns_per_episode",
             "invalid_call_rate", "tool_use_rate", "eval_len_mean")
@@ -144,9 +142,9 @@ def stage_report(env: str, out: Path, seed: int, result: Path) -> dict[str, Any]
         metrics = out / f"rl-{reward}-s{seed}" / "metrics.jsonl"
         if not metrics.is_file():
             continue
-        recs = _records(metrics)
+        recs = MetricsLog(metrics).read()
         runs[reward] = recs
-        evals = [r for r in recs if r.get("kind") == "eval"]
+        evals = eval_records(recs)
         train = [r for r in recs if r.get("kind") == "train"]
         report[f"rl_{reward}"] = {
             "steps_done": max((r["step"] for r in train), default=0),
@@ -159,7 +157,7 @@ def stage_report(env: str, out: Path, seed: int, result: Path) -> dict[str, Any]
         if evals:
             report.setdefault("after_sft", row(evals[0]) | {"from": f"step-0 eval of rl-{reward}"})
     if set(runs) == {"precision", "recall"}:
-        finals = {k: [r for r in v if r.get("kind") == "eval"][-1] for k, v in runs.items()}
+        finals = {k: eval_records(v)[-1] for k, v in runs.items()}
         if finals["precision"]["step"] == finals["recall"]["step"]:
             bits = {k: [int(c) for c in f["eval_correct"]] for k, f in finals.items()}
             lo, hi = paired_bootstrap([bits["precision"]], [bits["recall"]])

@@ -95,7 +95,8 @@ def length(budget: int = 2048) -> TermFn:
     return lambda x: 0.0 - min(1.0, max(0, len(x.response) - budget) / budget)  # 0.0, not -0.0, within budget
 
 
-def _precision(info: Mapping[str, Any]) -> float:
+def plan_precision(info: Mapping[str, Any]) -> float:
+    """``min(1, plan_length / calls_made)`` from an episode's info (``info["precision"]`` when the env reports it)."""
     if info.get("precision") is not None:
         return float(info["precision"])
     calls, plan = info.get("calls_made"), info.get("plan_length")
@@ -105,10 +106,11 @@ def _precision(info: Mapping[str, Any]) -> float:
 
 
 def tool_precision() -> TermFn:
-    return lambda x: _precision(x.info) if x.verdict.correct else 0.0
+    return lambda x: plan_precision(x.info) if x.verdict.correct else 0.0
 
 
-def _recall(info: Mapping[str, Any]) -> float:
+def plan_recall(info: Mapping[str, Any]) -> float:
+    """``min(1, plan_calls_hit / plan_length)`` from an episode's info, 0 where it reports no hits."""
     hits, plan = info.get("plan_calls_hit"), info.get("plan_length")
     if not hits or not plan:
         return 0.0
@@ -116,7 +118,7 @@ def _recall(info: Mapping[str, Any]) -> float:
 
 
 def tool_recall() -> TermFn:
-    return lambda x: _recall(x.info)
+    return lambda x: plan_recall(x.info)
 
 
 TERMS: dict[str, Callable[..., TermFn]] = {

@@ -27,6 +27,7 @@ from agents.grpo.batch import Sample
 from agents.policy.episodes import turn_spans
 from rlvr_envs.core import TextEnv
 from rlvr_envs.harness.evaluate import MAX_TURNS, EnvPool, Episode, run_episodes
+from rlvr_envs.rubric import plan_precision, plan_recall
 
 
 def is_multiturn(env: Any) -> bool:
@@ -108,16 +109,18 @@ def episode_stats(samples: Sequence[Sample]) -> dict[str, float]:
         return {}
     calls = np.array([s.info.get("calls", 0) for s in samples], dtype=float)
     invalid = float(sum(s.info.get("invalid_calls", 0) for s in samples))
-    planned = [s for s in samples if s.info.get("plan_length")]
+    # envs with a gold plan (ToolUse): is the calling complete (recall) and minimal (precision)? The rubric's own
+    # formulas, read from the sample's call counts
+    planned = [{"plan_length": s.info["plan_length"], "plan_calls_hit": s.info.get("plan_calls_hit"),
+                "calls_made": max(1, s.info.get("calls", 0)), "correct": s.correct}
+               for s in samples if s.info.get("plan_length")]
     plan: dict[str, float] = {}
-    if planned:  # envs with a gold plan (ToolUse): is the calling minimal (precision) and complete (recall)?
-        plan["plan_recall"] = float(np.mean([min(1.0, (s.info.get("plan_calls_hit") or 0) / s.info["plan_length"])
-                                             for s in planned]))
-        solved = [s for s in planned if s.correct]
+    if planned:
+        plan["plan_recall"] = float(np.mean([plan_recall(p) for p in planned]))
+        solved = [p for p in planned if p["correct"]]
         if solved:  # precision of the solved episodes only: a failed one's calls say nothing about verbosity
-            plan["precision_solved"] = float(np.mean([min(1.0, s.info["plan_length"] / max(1, s.info.get("calls", 0)))
-                                                      for s in solved]))
-    return {**plan,"turns_per_episode": float(np.mean([len(s.info.get("turns", [])) for s in samples])),
+            plan["precision_solved"] = float(np.mean([plan_precision(p) for p in solved]))
+    return {**plan, "turns_per_episode": float(np.mean([len(s.info.get("turns", [])) for s in samples])),
             "calls_per_episode": float(calls.mean()),
             "tool_use_rate": float((calls > 0).mean()),
             "invalid_call_rate": invalid / calls.sum() if calls.sum() else 0.0,

@@ -103,11 +103,6 @@ def plan_calls(task: Task) -> list[ToolCall]:
     return [ToolCall(d["name"], d["arguments"]) for d in map(json.loads, task.metadata["plan"])]
 
 
-def _canonical(call: ToolCall) -> str:
-    """A call as name + arguments with sorted keys: two calls are the same call when these are equal."""
-    return json.dumps({"name": call.name, "arguments": call.arguments}, sort_keys=True, ensure_ascii=False)
-
-
 def answer_matches(expected: str, kind: str, text: str) -> tuple[bool, str | None, bool]:
     """(correct, parsed answer, format_ok). The answer is the last <answer>...</answer>, else the whole final text."""
     found = _ANSWER.findall(text)
@@ -145,7 +140,6 @@ class ToolUseEnv(ToolEnv):
         self.sandbox: Sandbox | None = None
         self._allowed: tuple[str, ...] = ()
         self._plan_left: list[str] = []  # the gold plan's calls not yet made (canonical JSON), for plan recall
-        self._plan_hits = 0
 
     # -- ToolEnv hooks -----------------------------------------------------------------------------------------------
     def open_episode(self, task: Task) -> list[Message]:
@@ -153,8 +147,7 @@ class ToolUseEnv(ToolEnv):
             self.sandbox.close()
         self.sandbox = Sandbox.generate(task.metadata["db_seed"])
         self._allowed = tuple(task.metadata["tools"])
-        self._plan_left = [_canonical(c) for c in plan_calls(task)]
-        self._plan_hits = 0
+        self._plan_left = [c.to_json(sort_keys=True) for c in plan_calls(task)]
         messages: list[Message] = []
         if self.tools_in_prompt:
             messages.append({"role": "system", "content": tools_system_prompt(self.episode_tools(), PREAMBLE, EPILOGUE)})
@@ -169,17 +162,16 @@ class ToolUseEnv(ToolEnv):
     def run_call(self, call: ToolCall) -> CallResult:
         assert self.sandbox is not None
         result = self.sandbox.call(call, self._allowed)
-        key = _canonical(call)
+        key = call.to_json(sort_keys=True)
         if result.status == "ok" and key in self._plan_left:  # each gold call counts once, however often repeated
             self._plan_left.remove(key)
-            self._plan_hits += 1
         return result
 
     def _info(self, task: Task, truncated_response: bool, start: float) -> dict[str, Any]:
         info = super()._info(task, truncated_response, start)
         # plan recall: the share of the gold plan's calls the episode made successfully, extra calls not counted
         # against it (what the rubric's ``tool_recall`` term pays)
-        info["plan_calls_hit"] = self._plan_hits
+        info["plan_calls_hit"] = self.plan_length(task) - len(self._plan_left)
         return info
 
     def finish(self, task: Task, final_text: str, counts: Mapping[str, int]) -> tuple[Verdict, dict[str, Any]]:

@@ -41,8 +41,9 @@ class ToolCall:
     name: str
     arguments: dict[str, Any] = field(default_factory=dict)
 
-    def to_json(self) -> str:
-        return json.dumps({"name": self.name, "arguments": self.arguments}, ensure_ascii=False)
+    def to_json(self, *, sort_keys: bool = False) -> str:
+        """The call as JSON; ``sort_keys=True`` gives a canonical form (equal calls, equal strings)."""
+        return json.dumps({"name": self.name, "arguments": self.arguments}, ensure_ascii=False, sort_keys=sort_keys)
 
 
 @dataclass(frozen=True)
