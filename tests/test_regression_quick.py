@@ -185,3 +185,31 @@ def test_parallel_driver_trains_shared_runs_once_and_writes_results(tmp_path: Pa
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")}
     assert main(args) == 0  # all done: read back, nothing retrained
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")} == stamps
+
+
+def test_seeds_option_runs_the_given_seeds_and_refuses_bad_ones(tmp_path: Path, monkeypatch, capsys) -> None:
+    from agents.grpo import regression
+
+    trained: list[tuple[str, tuple[int, ...]]] = []
+    written: list[tuple[str, tuple[int, ...]]] = []
+    monkeypatch.setattr(regression, "train_parallel",
+                        lambda selected, **kw: trained.extend((c.name, c.seeds) for c in selected))
+
+    def fake_result(c, **kw):
+        written.append((c.name, c.seeds))
+        return {"interval": (0.0, 0.0), "metric": c.metric, "method_value": 0.0, "baseline_value": 0.0,
+                "difference": 0.0, "verdict": "x"}
+
+    monkeypatch.setattr(regression, "run_comparison", fake_result)
+    args = ["-k", "vigor_vs_grpo", "--runs-dir", str(tmp_path), "--results-dir", str(tmp_path)]
+    assert regression.main([*args, "--seeds", "2,0"]) == 0
+    assert trained == written == [("vigor_vs_grpo", (2, 0))]
+    trained.clear()
+    assert regression.main(args) == 0
+    assert trained == [("vigor_vs_grpo", comparisons()["vigor_vs_grpo"].seeds)]  # default: the comparison's own
+    for bad in ("1,1", "a", "-1", ","):
+        with pytest.raises(SystemExit):
+            regression.main([*args, "--seeds", bad])
+    with pytest.raises(SystemExit):
+        regression.main([*args, "--seeds", "0", "--quick"])
+    assert "--seeds" in capsys.readouterr().err

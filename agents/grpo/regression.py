@@ -339,7 +339,7 @@ def publish_runs(selected: list[Comparison], *, runs_dir: Path, boards_dir: Path
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agents.grpo.regression [-k NAME ...] [--jobs N] [--quick] [--list]``: train the selected
+    """``python -m agents.grpo.regression [-k NAME ...] [--jobs N] [--seeds 0,1] [--quick] [--list]``: train the selected
     comparisons' runs in parallel, then write their results (what ``pytest benchmarks/test_regression.py`` reads)."""
     import argparse
 
@@ -350,6 +350,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="a comparison's name, or a substring of names (repeatable)")
     p.add_argument("--jobs", type=int, default=max(1, (os.cpu_count() or 1)), help="runs trained at once")
     p.add_argument("--quick", action="store_true", help="tiny model, two steps (a smoke test)")
+    p.add_argument("--seeds", default=None,
+                   help="comma-separated seeds to run instead of each comparison's own (e.g. 0 when one paired "
+                        "seed is what the time allows; the result says which seeds it holds)")
     p.add_argument("--list", action="store_true", help="list the comparisons and exit")
     p.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--runs-dir", default=None)
@@ -366,6 +369,16 @@ def main(argv: list[str] | None = None) -> int:
         for n, c in known.items():
             print(f"{n:<32} {c.lane:<8} {c.metric:<26} {c.direction}")
         return 0 if args.list else 2
+    if args.seeds is not None:
+        if args.quick:
+            p.error(f"--seeds is for full runs; --quick always runs seeds {', '.join(map(str, QUICK_SEEDS))}")
+        try:
+            seeds = tuple(int(x) for x in args.seeds.split(",") if x.strip())
+        except ValueError:
+            p.error(f"--seeds takes comma-separated integers, got {args.seeds!r}")
+        if not seeds or len(set(seeds)) != len(seeds) or min(seeds) < 0:
+            p.error(f"--seeds must be distinct non-negative integers, got {args.seeds!r}")
+        selected = [dataclasses.replace(c, seeds=seeds) for c in selected]
     runs_dir = Path(args.runs_dir) if args.runs_dir else default_runs_dir()
     train_parallel(selected, runs_dir=runs_dir, jobs=args.jobs, quick=args.quick)
     for c in selected:
