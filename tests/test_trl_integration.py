@@ -60,3 +60,21 @@ def test_trl_grpo_trainer_two_steps(tmp_path):
     assert len(seen) >= 8 and all(r in (0.0, 1.0) for r in seen)  # our verifier scored TRL's completions
     logged = [h for h in trainer.state.log_history if "reward" in h]
     assert logged, trainer.state.log_history
+
+
+def test_grpo_vs_trl_benchmark_times_both_sides_on_the_same_workload(tmp_path):
+    pytest.importorskip("trl")
+    import json
+
+    from benchmarks.grpo_vs_trl import main
+
+    out = tmp_path / "gvt.json"
+    result = main(["--model", "tiny", "--steps", "2", "--max-new-tokens", "6", "--threads", "1", "--out", str(out)])
+    assert json.loads(out.read_text())["speedup"] == pytest.approx(result["speedup"])
+    for side in ("ours", "trl"):
+        assert len(result[side]["step_s"]) == len(result[side]["response_tokens"]) == 2
+        assert all(s > 0 for s in result[side]["step_s"])
+        assert 0 < result[side]["mean_response_tokens"] <= 4 * 8 * 6  # 4 prompts x 8 rollouts x at most 6 tokens
+    assert result["speedup"] == pytest.approx(result["trl"]["median_step_s"] / result["ours"]["median_step_s"])
+    with pytest.raises(SystemExit):
+        main(["--model", "tiny", "--steps", "1"])

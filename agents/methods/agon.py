@@ -249,6 +249,12 @@ class AgonOrchestrator(Component):
 
 declare(Comparison(
     method="agon", baseline="grpo", metric="final_accuracy", direction="higher",
+    known_result=(
+        "micro lane, seed 0 only (2026-12-04, fresh warm start, step-0 mean@4 0.282): the cascade's final mean@4 0.016 "
+        "vs GRPO 0.471, diff -0.455 [-0.509, -0.400]: not reproduced. The partner, which answers in the cascade, never "
+        "learned to use a draft (answers right 0.01-0.05 of the time after reading drafts that were right 0.23-0.38); "
+        "this run's policy did (0.02 -> 0.19-0.35 as solver). Alone, without a draft: 0.321 (this run's policy) and "
+        "0.330 (partner) held-out, both below GRPO's single policy"),
     claim="Agon's two-stage cascade (one model drafts, the other answers after reading the draft) doubles GRPO's "
           "pass@1 on the hard split of DeepMath (read: the cascade's held-out accuracy above GRPO's single policy at "
           "the same steps; Agon generates twice the rollouts)"))
