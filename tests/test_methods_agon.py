@@ -88,3 +88,10 @@ def test_a_finished_agon_run_publishes_its_cascade_as_one_board_entry(tmp_path):
                         results_dir=tmp_path / "results")
     assert entry["model"].startswith("cascade: tiny + agon (seed 0) drafts -> ") and "answers" in entry["model"]
     assert entry["n_tasks"] == cfg.eval_size and entry["training"]["weights_hash"] == entry["weights_hash"]
+    from benchmarks.agon_alone import main as alone
+
+    out = tmp_path / "alone.json"
+    parts = alone([str(tmp_path / "run"), "--out", str(out)])
+    for name in ("this_run_policy_alone", "partner_alone"):  # each policy without a draft, on the same tasks
+        assert parts[name]["n_tasks"] == cfg.eval_size and 0.0 <= parts[name]["accuracy"] <= 1.0
+    assert out.is_file()
