@@ -141,10 +141,10 @@ class PivotTrace(Component):
 declare(Comparison(
     method="pivot_trace", baseline="grpo", metric="rollouts_to_target", direction="lower",
     known_result=(
-        "micro lane, seed 0 only (one paired seed fitted a session; c3bbb6b runs): PivotTrace read 31.2% of the "
-        "labels (paper 29.3%) and never reached GRPO's start + 0.10 in 60 steps (15,360 rollouts, censored) while "
-        "GRPO did after 5,120: not reproduced. Final mean@4 0.316 vs 0.495; its self-consistency pseudo-labels agreed "
-        "with the gold label on 57% of the pseudo-labelled rows, so half the groups trained on noisy rewards"),
+        "micro lane, seeds 0-2 (2026-12-04, fresh warm start): PivotTrace read 31.25% of the labels (paper 29.3%) and "
+        "never reached GRPO's start + 0.10 in 60 steps on any seed (15,360 rollouts, censored) while GRPO did after "
+        "7,680 / 10,240 / 7,680: not reproduced. Final mean@4 0.315 vs 0.470; its self-consistency pseudo-labels "
+        "agreed with the gold answer 0.45-0.61 of the time at the last step"),
     claim="PivotTrace surpasses the fully supervised model with only 29.3% of the labels and 2.75x faster convergence "
           "(read: rollouts until held-out accuracy first gains 0.10, lower than GRPO with every label; labels used "
           "are in the runs' reward_shaper.labels_used)"))

@@ -145,11 +145,6 @@ class QLPO(SeededComponent):
 
 declare(Comparison(
     method="qlpo", baseline="grpo", metric="final_eval_tokens", direction="lower", accuracy_tolerance=0.05,
-    known_result=(
-        "micro lane, seed 0 only (one paired seed fitted a session; c3bbb6b runs): final held-out length 25.8 vs "
-        "GRPO 27.1 tokens, diff -1.3 (-4.9%; one seed, no interval): inconclusive, far from the paper's -30 to -70%. "
-        "Final mean@4 0.515 vs 0.495 (accuracy held). Kept rows averaged 29.0 tokens and 43% correct; QLPO generated "
-        "2x the rollouts (30,720 vs 15,360) and reached GRPO's start + 0.10 after 10,240 rollouts vs 5,120"),
     claim="QLPO 'reduces response length by 30% to 70% while preserving reasoning performance' (paper, 1.5B-32B "
           "models). Budget here: both train on G = 8 rollouts per prompt; QLPO generates M = 16 and resamples 8 "
           "(its recipe's allocator n = 16, group_size = 8), GRPO generates 8 (so QLPO spends 2x the generation). "
