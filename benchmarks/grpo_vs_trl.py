@@ -39,17 +39,18 @@ def run_ours(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
                                f"max_new_tokens={args.max_new_tokens}", f"train_layers={args.train_layers}",
                                f"steps={args.steps}", f"temperature={args.temperature}", f"lr={args.lr}",
                                "precision=fp32", "eval_size=0", "eval_every=0", "checkpoint_every=0",
-                               "progress=false", "plot=false", f"out_dir={out_dir}", f"seed={args.seed}"])
-    cfg.params.setdefault("rollout_allocator", {})["n"] = args.n
+                               "progress=false", "plot=false", f"out_dir={out_dir}", f"seed={args.seed}",
+                               f"params.rollout_allocator.n={args.n}"])
     trainer = Trainer(cfg)
-    seconds, tokens = [], []
+    seconds, tokens, rollouts = [], [], []
     for _ in range(args.steps):
         trainer.step += 1
         t0 = time.perf_counter()
         record = trainer.train_step()
         seconds.append(time.perf_counter() - t0)
         tokens.append(int(record.get("gen_tokens", 0)))
-    return {"step_s": seconds, "response_tokens": tokens}
+        rollouts.append(int(record.get("rollouts", 0)))
+    return {"step_s": seconds, "response_tokens": tokens, "rollouts": rollouts}
 
 
 def run_trl(args: argparse.Namespace, out_dir: Path) -> dict[str, Any]:
@@ -116,6 +117,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = p.parse_args(argv)
     if args.steps < 2:
         p.error("--steps must be at least 2 (the first step is a warm-up)")
+    if args.n < 2:
+        p.error("--n must be at least 2 (a group of one has no advantage)")
+    if args.prompts < 1 or args.max_new_tokens < 1:
+        p.error("--prompts and --max-new-tokens must be positive")
     import torch
 
     torch.set_num_threads(args.threads)
