@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from agents.grpo.comparisons import Comparison, declare
 from agents.grpo.registry import Component, register
 from agents.policy.engine import HFEngine, engine_options
 from agents.policy.s3r import S3RConfig, S3RStats
@@ -61,3 +62,10 @@ class S3RGeneration(Component):
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.drafted, self.accepted = int(state["drafted"]), int(state["accepted"])
+
+
+declare(Comparison(
+    method="s3r", baseline="grpo", metric="wall_to_target", direction="lower",
+    claim="self-sparse speculative rollouts (sparse drafts with the same weights, dense verify, exact samples) raise "
+          "RL training throughput 1.35-1.39x (read: seconds of generation + update until held-out accuracy reaches "
+          "start + 0.10; the samples are exact draws from the dense policy, so accuracy should not move)"))
