@@ -248,3 +248,8 @@ declare(Comparison(
     claim=("RREDCoT redistributes the terminal reward over CoT segments with the model's own teacher-forced "
            "likelihood of the gold answer, 'without additional generation', as an alternative to Monte-Carlo "
            "credit; the abstract gives no figure (read: higher final accuracy than GRPO's sequence-level credit)")))
+declare(Comparison(
+    method="rredcot", baseline="grpo", metric="final_accuracy", direction="higher", lane="smollm2", seeds=(0, 1),
+    claim="RREDCoT's likelihood-based segment credit beats GRPO's sequence-level credit (as rredcot_vs_grpo), on the "
+          "real-model lane: SmolLM2-135M on arithmetic, greedy held-out accuracy; segments are the response's lines, "
+          "a* = 'The answer is N' after the prefix, the recipe's settings unchanged"))
