@@ -213,6 +213,10 @@ declare(Comparison(
 declare(Comparison(
     method="sparrow_distill", baseline="sparrow", metric="rollout_kept_fraction", direction="lower",
     accuracy_tolerance=0.05,
+    known_result=(
+        "micro lane, seed 0 only (2026-12-05): the schedule kept 0.356 of keys with the distilled adapter vs 0.367 "
+        "without (-3%), at final mean@4 0.414 vs 0.381; one seed, so no interval: inconclusive. Seeds 1-2 not run "
+        "(about 50 min per run here)"),
     claim="DistillSparse: a LoRA adapter distilled on the actor's own sparse rollouts lets more aggressive sparsity "
           "reach the same sparse-to-dense alignment threshold (paper: no figure in the abstract); here the dynamic "
           "schedule's share of keys read, at about equal held-out accuracy"))
