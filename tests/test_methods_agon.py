@@ -3,6 +3,8 @@ exact resume with the partner's weights in the checkpoint."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 from test_grpo_trainer import strip, trainer
@@ -92,6 +94,12 @@ def test_a_finished_agon_run_publishes_its_cascade_as_one_board_entry(tmp_path):
 
     out = tmp_path / "alone.json"
     parts = alone([str(tmp_path / "run"), "--out", str(out)])
+    assert [r["run_dir"] for r in parts["runs"]] == ["run"]
     for name in ("this_run_policy_alone", "partner_alone"):  # each policy without a draft, on the same tasks
-        assert parts[name]["n_tasks"] == cfg.eval_size and 0.0 <= parts[name]["accuracy"] <= 1.0
-    assert out.is_file()
+        assert parts["runs"][0][name]["n_tasks"] == cfg.eval_size and 0.0 <= parts["runs"][0][name]["accuracy"] <= 1.0
+    assert json.loads(out.read_text()) == parts
+    plain = tmp_path / "plain"  # a run without the agon orchestrator is refused before anything is evaluated
+    Trainer(load_recipe("grpo", [*QUICK_OVERRIDES, "steps=1", "progress=false", "plot=false", f"out_dir={plain}"],
+                        lane="micro")).run(resume=False)
+    with pytest.raises(SystemExit):
+        alone([str(tmp_path / "run"), str(plain)])

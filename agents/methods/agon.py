@@ -254,8 +254,8 @@ declare(Comparison(
         "0.088 (0.016 / 0.105 / 0.143) vs GRPO 0.470, diff -0.382 [-0.453, -0.322]: not reproduced. The cascade "
         "rose all run (seed 2: 0.015 0.026 0.044 0.064 0.099 0.110 0.142 per 10 steps), but reading a draft was "
         "learned slowly: in training the solver (either policy, roles alternate) was right 0.03 -> 0.14 of the time "
-        "(seed 2, means per 10 steps) after reading drafts right 0.29-0.38. Alone, without a draft (seed 0): 0.321 (this run's policy) and 0.330 (partner) held-out, both "
-        "below GRPO's single policy"),
+        "(seed 2, means per 10 steps) after reading drafts right 0.29-0.38. Alone, without a draft (benchmarks/agon_alone.py): this run's policy 0.321 / 0.324 / "
+        "0.320, the partner 0.330 / 0.338 / 0.323 held-out, all below GRPO's single policy"),
     claim="Agon's two-stage cascade (one model drafts, the other answers after reading the draft) doubles GRPO's "
           "pass@1 on the hard split of DeepMath (read: the cascade's held-out accuracy above GRPO's single policy at "
           "the same steps; Agon generates twice the rollouts)"))
