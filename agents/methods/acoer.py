@@ -161,7 +161,7 @@ declare(Comparison(
         "smollm2 lane, seeds 0-1 (2026-12-04/05): final greedy held-out length 10.4 vs GRPO 12.1 tokens, diff -1.66 "
         "[95% -16.4, +13.1] (Student's t, 1 degree of freedom): inconclusive, shorter on both seeds (10.35 vs 13.17, "
         "10.48 vs 10.98) at accuracy 0.415 vs 0.390. Both runs shortened from the base model's 15.9 tokens; ACOER's "
-        "budget fell to its 16-token floor and alpha rose 0.02 -> 0.05, so the bonus stayed small (mean 0.01-0.03)"),
+        "budget fell to its 16-token floor and alpha rose 0.02 -> 0.05, so the bonus stayed small (mean 0.006-0.025 a step)"),
     claim="ACOER cuts generated tokens while keeping accuracy (as acoer_vs_grpo), on the real-model lane "
           "(SmolLM2-135M on arithmetic, greedy held-out answers; read: shorter final held-out answers than GRPO, mean "
           "final accuracy within 0.05)"))
