@@ -250,6 +250,11 @@ declare(Comparison(
            "credit; the abstract gives no figure (read: higher final accuracy than GRPO's sequence-level credit)")))
 declare(Comparison(
     method="rredcot", baseline="grpo", metric="final_accuracy", direction="higher", lane="smollm2", seeds=(0, 1),
+    known_result=(
+        "smollm2 lane, seed 0 only (2026-12-05): final greedy held-out accuracy 0.425 vs GRPO 0.415, diff +0.010 "
+        "[95% -0.030, +0.050] (paired bootstrap over tasks): inconclusive. Responses collapsed to one line as they "
+        "shortened (segments per 64 rows 98 -> 64 over the run), so the segment credit became sequence credit; the "
+        "scoring forwards made the run 1.73x GRPO's wall time (2,627 vs 1,521 s)"),
     claim="RREDCoT's likelihood-based segment credit beats GRPO's sequence-level credit (as rredcot_vs_grpo), on the "
           "real-model lane: SmolLM2-135M on arithmetic, greedy held-out accuracy; segments are the response's lines, "
           "a* = 'The answer is N' after the prefix, the recipe's settings unchanged"))
