@@ -253,7 +253,7 @@ declare(Comparison(
     known_result=(
         "smollm2 lane, seed 0 only (2026-12-05): final greedy held-out accuracy 0.425 vs GRPO 0.415, diff +0.010 "
         "[95% -0.030, +0.050] (paired bootstrap over tasks): inconclusive. Responses collapsed to one line as they "
-        "shortened (segments per 64 rows 98 -> 64 over the run), so the segment credit became sequence credit; the "
+        "shortened (segments per 64 rows 98 at step 1, 64-67 over steps 15-20), so the segment credit became sequence credit; the "
         "scoring forwards made the run 1.73x GRPO's wall time (2,627 vs 1,521 s)"),
     claim="RREDCoT's likelihood-based segment credit beats GRPO's sequence-level credit (as rredcot_vs_grpo), on the "
           "real-model lane: SmolLM2-135M on arithmetic, greedy held-out accuracy; segments are the response's lines, "
