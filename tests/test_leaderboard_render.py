@@ -87,3 +87,28 @@ def test_page_renders_in_headless_chromium(site, tmp_path):
     assert len(np.unique(q[..., 0] << 16 | q[..., 1] << 8 | q[..., 2])) > 50  # the plot's colours
     # The DOM Chromium built: both tables and both plots are there.
     assert proc.stdout.count('<table class="board">') == 2 and proc.stdout.count('class="plot"') == 2
+
+
+def test_accuracy_vs_length_plot_groups_seeds_of_a_method(tmp_path):
+    from rlvr_envs.harness.render import _system, plot_board
+
+    def entry(model: str, acc: float, length: float, method: str | None = None, unit: str = "tokens") -> dict:
+        e = {"model": model, "label": None, "metrics": {"accuracy": acc, "length_mean": length, "length_unit": unit}}
+        if method:
+            e["training"] = {"method": method}
+        return e
+
+    entries = [entry("m + grpo (seed 0)", 0.5, 20, "grpo"), entry("m + grpo (seed 1)", 0.4, 22, "grpo"),
+               entry("m + dapo (seed 0)", 0.6, 30, "dapo"), entry("base (seed 3)", 0.1, 40),
+               entry("cascade: m + agon (seed 1) drafts -> m (agon partner, seed 1) answers", 0.2, 10)]
+    assert _system(entries[3]) == "base"  # an untrained entry: its model name less the seed
+    assert _system(entries[4]) == "cascade: m + agon drafts -> m (agon partner) answers"
+    labels = plot_board({"board": "b", "env_id": "toy", "entries": entries}, tmp_path / "b.png")
+    # one legend entry per system, best mean accuracy first, with its number of entries
+    assert labels[:3] == ["dapo (1)", "grpo (2)", "cascade: m + agon drafts -> m (agon p... (1)"]
+    assert labels[3] == "base (1)" and len(labels) == 4
+    img = mpimg.imread(tmp_path / "b.png")
+    assert img[..., :3].std() > 0.05
+    mixed = plot_board({"board": "b", "env_id": "toy", "entries": [entry("x", 0.3, 5, unit="chars"), entries[0]]},
+                       tmp_path / "c.png")
+    assert mixed == ["grpo (1) [tokens]", "x (1) [chars]"]  # units are named only when a board mixes them

@@ -12,6 +12,7 @@ from __future__ import annotations
 import html
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -60,33 +61,55 @@ p.reported { font-size: 13px; color: #555; }
 """
 
 
-def plot_board(board: dict[str, Any], path: Path) -> None:
-    """Accuracy against mean response length, one point per entry."""
+def _system(entry: dict[str, Any]) -> str:
+    """What an entry is, less its seed: the trained method's name for trained entries, else its label or model."""
+    t = entry.get("training")
+    if isinstance(t, dict) and t.get("method"):
+        return str(t["method"])
+    return entry.get("label") or re.sub(r"\s*\(seed \d+\)|,\s*seed \d+(?=\))", "", entry["model"])
+
+
+def plot_board(board: dict[str, Any], path: Path) -> list[str]:
+    """Accuracy against mean response length: each entry a faint point, each system (a method over its seeds) a large
+    marker at its mean, named in the legend (returned, best first). Labels beside points overlap once a board holds
+    dozens of runs."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     entries = ranked(list(board["entries"]))
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    units = sorted({e["metrics"].get("length_unit", "?") for e in entries})
-    for unit, marker in zip(units, "os^D"):
-        pts = [e for e in entries if e["metrics"].get("length_unit", "?") == unit]
-        ax.scatter([e["metrics"].get("length_mean", 0.0) for e in pts], [e["metrics"].get("accuracy", 0.0) for e in pts],
-                   marker=marker, s=50, label=f"length in {unit}", zorder=3)
-        for e in pts:
-            ax.annotate(_short(e), (e["metrics"].get("length_mean", 0.0), e["metrics"].get("accuracy", 0.0)),
-                        textcoords="offset points", xytext=(5, 5), fontsize=8)
-    ax.set_xlabel("mean response length")
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for e in entries:
+        groups.setdefault((_system(e), e["metrics"].get("length_unit", "?")), []).append(e)
+    units = sorted({unit for _, unit in groups})
+    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=100)
+    colors = plt.get_cmap("tab20").colors
+    # the legend lists systems best first (by mean accuracy)
+    order = sorted(groups.items(), key=lambda kv: -sum(e["metrics"].get("accuracy", 0.0) for e in kv[1]) / len(kv[1]))
+    labels = []
+    for k, ((name, unit), pts) in enumerate(order):
+        xs = [e["metrics"].get("length_mean", 0.0) for e in pts]
+        ys = [e["metrics"].get("accuracy", 0.0) for e in pts]
+        color, marker = colors[k % len(colors)], "osD^v<>P"[(k // len(colors)) % 8]
+        ax.scatter(xs, ys, s=18, color=color, marker=marker, alpha=0.35, zorder=2)
+        label = name if len(name) <= 40 else name[:37] + "..."
+        label += f" ({len(pts)})" + (f" [{unit}]" if len(units) > 1 else "")
+        labels.append(label)
+        ax.scatter([sum(xs) / len(xs)], [sum(ys) / len(ys)], s=70, color=color, marker=marker, edgecolors="black",
+                   linewidths=0.6, zorder=3, label=label)
+    ax.set_xlabel(f"mean response length ({' / '.join(units)})" if entries else "mean response length")
     ax.set_ylabel("accuracy (mean@n)")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"{board['board']}: {board['env_id']}")
+    ax.set_title(f"{board['board']}: {board['env_id']}", fontsize=10)
     ax.grid(alpha=0.3)
     if entries:
-        ax.legend(fontsize=8, loc="lower right")
+        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="mean over entries (n)",
+                  title_fontsize=7, ncol=1 if len(groups) <= 22 else 2)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
+    return labels
 
 
 def plot_curves(board: dict[str, Any], path: Path) -> None:
