@@ -90,7 +90,7 @@ def test_page_renders_in_headless_chromium(site, tmp_path):
 
 
 def test_accuracy_vs_length_plot_groups_seeds_of_a_method(tmp_path):
-    from rlvr_envs.harness.render import _system, plot_board
+    from rlvr_envs.harness.render import _system, plot_board, plot_curves
 
     def entry(model: str, acc: float, length: float, method: str | None = None, unit: str = "tokens") -> dict:
         e = {"model": model, "label": None, "metrics": {"accuracy": acc, "length_mean": length, "length_unit": unit}}
@@ -112,3 +112,8 @@ def test_accuracy_vs_length_plot_groups_seeds_of_a_method(tmp_path):
     mixed = plot_board({"board": "b", "env_id": "toy", "entries": [entry("x", 0.3, 5, unit="chars"), entries[0]]},
                        tmp_path / "c.png")
     assert mixed == ["grpo (1) [tokens]", "x (1) [chars]"]  # units are named only when a board mixes them
+    for e in entries[:3]:
+        e["training"]["curve"] = [{"rollouts": 0, "eval_accuracy": 0.1}, {"rollouts": 64, "eval_accuracy": 0.5}]
+        e["training"]["rollouts"] = 64
+    # the learning curves: trained entries only, one legend entry per method
+    assert plot_curves({"board": "b", "entries": entries}, tmp_path / "d.png") == ["dapo (1)", "grpo (2)"]

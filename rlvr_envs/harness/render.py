@@ -56,7 +56,7 @@ table.board th { background: #eef; cursor: pointer; user-select: none; }
 table.board th[data-dir=asc]::after { content: ' \\25B2'; }
 table.board th[data-dir=desc]::after { content: ' \\25BC'; }
 details pre { text-align: left; max-width: 60em; white-space: pre-wrap; font-size: 11px; }
-img.plot { max-width: 560px; border: 1px solid #ddd; }
+img.plot { max-width: 720px; border: 1px solid #ddd; }
 p.reported { font-size: 13px; color: #555; }
 """
 
@@ -69,6 +69,32 @@ def _system(entry: dict[str, Any]) -> str:
     return entry.get("label") or re.sub(r"\s*\(seed \d+\)|,\s*seed \d+(?=\))", "", entry["model"])
 
 
+def _mean_accuracy(entries: list[dict[str, Any]]) -> float:
+    return sum(e["metrics"].get("accuracy", 0.0) for e in entries) / len(entries)
+
+
+def _styles(entries: list[dict[str, Any]]) -> dict[str, tuple[Any, str]]:
+    """One (colour, marker) per system, best mean accuracy first, so a method looks the same in both of a board's
+    plots."""
+    import matplotlib.pyplot as plt
+
+    by_system: dict[str, list[dict[str, Any]]] = {}
+    for e in entries:
+        by_system.setdefault(_system(e), []).append(e)
+    colors = plt.get_cmap("tab20").colors
+    order = sorted(by_system, key=lambda name: -_mean_accuracy(by_system[name]))
+    return {name: (colors[k % len(colors)], "osD^v<>P"[(k // len(colors)) % 8]) for k, name in enumerate(order)}
+
+
+def _legend_name(name: str) -> str:
+    return name if len(name) <= 40 else name[:37] + "..."
+
+
+def _legend(ax: Any, n: int, title: str) -> None:
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title=title, title_fontsize=7,
+              ncol=1 if n <= 22 else 2)
+
+
 def plot_board(board: dict[str, Any], path: Path) -> list[str]:
     """Accuracy against mean response length: each entry a faint point, each system (a method over its seeds) a large
     marker at its mean, named in the legend (returned, best first). Labels beside points overlap once a board holds
@@ -79,22 +105,19 @@ def plot_board(board: dict[str, Any], path: Path) -> list[str]:
     import matplotlib.pyplot as plt
 
     entries = ranked(list(board["entries"]))
+    styles = _styles(entries)
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for e in entries:
         groups.setdefault((_system(e), e["metrics"].get("length_unit", "?")), []).append(e)
     units = sorted({unit for _, unit in groups})
-    fig, ax = plt.subplots(figsize=(9, 4.5), dpi=100)
-    colors = plt.get_cmap("tab20").colors
-    # the legend lists systems best first (by mean accuracy)
-    order = sorted(groups.items(), key=lambda kv: -sum(e["metrics"].get("accuracy", 0.0) for e in kv[1]) / len(kv[1]))
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     labels = []
-    for k, ((name, unit), pts) in enumerate(order):
+    for (name, unit), pts in sorted(groups.items(), key=lambda kv: -_mean_accuracy(kv[1])):
         xs = [e["metrics"].get("length_mean", 0.0) for e in pts]
         ys = [e["metrics"].get("accuracy", 0.0) for e in pts]
-        color, marker = colors[k % len(colors)], "osD^v<>P"[(k // len(colors)) % 8]
+        color, marker = styles[name]
         ax.scatter(xs, ys, s=18, color=color, marker=marker, alpha=0.35, zorder=2)
-        label = name if len(name) <= 40 else name[:37] + "..."
-        label += f" ({len(pts)})" + (f" [{unit}]" if len(units) > 1 else "")
+        label = _legend_name(name) + f" ({len(pts)})" + (f" [{unit}]" if len(units) > 1 else "")
         labels.append(label)
         ax.scatter([sum(xs) / len(xs)], [sum(ys) / len(ys)], s=70, color=color, marker=marker, edgecolors="black",
                    linewidths=0.6, zorder=3, label=label)
@@ -104,47 +127,52 @@ def plot_board(board: dict[str, Any], path: Path) -> list[str]:
     ax.set_title(f"{board['board']}: {board['env_id']}", fontsize=10)
     ax.grid(alpha=0.3)
     if entries:
-        ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), title="mean over entries (n)",
-                  title_fontsize=7, ncol=1 if len(groups) <= 22 else 2)
+        _legend(ax, len(groups), "mean over entries (n)")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
     return labels
 
 
-def plot_curves(board: dict[str, Any], path: Path) -> None:
-    """Held-out accuracy against rollouts generated, one line per trained entry (its reported curve); an ``x`` marks
-    the entry's re-verified board accuracy at the run's final rollout count."""
+def plot_curves(board: dict[str, Any], path: Path) -> list[str]:
+    """Held-out accuracy against rollouts generated, one line per trained entry (its reported curve), coloured by
+    system as in the accuracy-vs-length plot with one legend entry per system (returned); an ``x`` marks the entry's
+    re-verified board accuracy at the run's final rollout count."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6, 4), dpi=100)
-    for e in ranked(list(board["entries"])):
-        t = e.get("training")
-        if not isinstance(t, dict):
-            continue
+    entries = ranked(list(board["entries"]))
+    styles = _styles(entries)
+    trained = [e for e in entries if isinstance(e.get("training"), dict)]
+    counts: dict[str, int] = {}
+    for e in trained:
+        counts[_system(e)] = counts.get(_system(e), 0) + 1
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    labels = []
+    for e in trained:
+        t, name = e["training"], _system(e)
+        color, marker = styles[name]
         curve = t.get("curve") or []
-        line = ax.plot([p["rollouts"] for p in curve], [p["eval_accuracy"] for p in curve], marker=".",
-                       label=_short(e))[0]
-        ax.scatter([t["rollouts"]], [e["metrics"].get("accuracy", 0.0)], marker="x", s=60, color=line.get_color(),
-                   zorder=3)
+        label = None
+        if name in counts:  # the system's first (best) entry carries its legend entry
+            label = f"{_legend_name(name)} ({counts.pop(name)})"
+            labels.append(label)
+        ax.plot([p["rollouts"] for p in curve], [p["eval_accuracy"] for p in curve], marker=marker, markersize=3,
+                color=color, alpha=0.8, linewidth=1, label=label)
+        ax.scatter([t["rollouts"]], [e["metrics"].get("accuracy", 0.0)], marker="x", s=50, color=color, zorder=3)
     ax.set_xlabel("rollouts generated in training")
     ax.set_ylabel("held-out accuracy (the run's own eval)")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(f"{board['board']}: learning curves (x: re-verified final)", fontsize=10)
     ax.grid(alpha=0.3)
-    if ax.get_legend_handles_labels()[0]:
-        ax.legend(fontsize=8, loc="best")
+    if labels:
+        _legend(ax, len(labels), "runs per system")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
-
-
-def _short(entry: dict[str, Any]) -> str:
-    name = entry.get("label") or entry["model"]
-    return name if len(name) <= 28 else name[:25] + "..."
+    return labels
 
 
 def _cell(value: Any, text: str | None = None, *, cls: str = "") -> str:
