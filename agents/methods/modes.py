@@ -249,7 +249,8 @@ declare(Comparison(
         "accuracy 0.345 vs 0.370; one seed, no interval: inconclusive. SmolLM2 never wrote a mode marker (no-marker "
         "rate 1.0 at every step), so every rollout was a Long one: its weight 0.75 scales a whole group and cancels "
         "in the group-normalized advantage, and what differed was the generation-time 48-token cap (11-30% of "
-        "rollouts cut over steps 1-10, 0-2% over steps 16-20). Not a test of mode choice; that needs a warm start that writes markers"),
+        "rollouts cut over steps 1-10, 0-2% over steps 16-20). Not a test of mode choice; that needs a warm start "
+        "that writes markers"),
     claim="modes chosen by the first token, learned in GRPO through mode-weighted reward (1.0 / 0.9 / 0.75) and hard "
           "per-mode caps, cut mean response length 41% (4796 -> 2811 tokens) at about equal accuracy (MATH500 0.782 "
           "vs 0.796; read: mean final accuracy within 0.05). Here the baseline is GRPO on the same modes env (same "
