@@ -63,5 +63,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             Path(args.out).write_text(json.dumps(result, indent=1) + "\n")
     return result
 
+
 if __name__ == "__main__":
     main()

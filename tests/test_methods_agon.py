@@ -101,5 +101,7 @@ def test_a_finished_agon_run_publishes_its_cascade_as_one_board_entry(tmp_path):
     plain = tmp_path / "plain"  # a run without the agon orchestrator is refused before anything is evaluated
     Trainer(load_recipe("grpo", [*QUICK_OVERRIDES, "steps=1", "progress=false", "plot=false", f"out_dir={plain}"],
                         lane="micro")).run(resume=False)
+    refused = tmp_path / "refused.json"
     with pytest.raises(SystemExit):
-        alone([str(tmp_path / "run"), str(plain)])
+        alone([str(tmp_path / "run"), str(plain), "--out", str(refused)])
+    assert not refused.exists()  # the Agon run listed first was not evaluated and written either

@@ -13,6 +13,7 @@ import html
 import json
 import os
 import re
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -146,9 +147,7 @@ def plot_curves(board: dict[str, Any], path: Path) -> list[str]:
     entries = ranked(list(board["entries"]))
     styles = _styles(entries)
     trained = [e for e in entries if isinstance(e.get("training"), dict)]
-    counts: dict[str, int] = {}
-    for e in trained:
-        counts[_system(e)] = counts.get(_system(e), 0) + 1
+    counts = Counter(map(_system, trained))
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     labels = []
     for e in trained:
