@@ -181,5 +181,11 @@ declare(Comparison(
           "methods and GRPO as baselines it beats; read: OPSD's held-out accuracy above GRPO's on the same lane)"))
 declare(Comparison(
     method="dash_opsd", baseline="opsd", metric="final_accuracy", direction="higher",
+    known_result=(
+        "micro lane, seed 0 only (2026-12-05, 62bcb2c; the two runs took 49 and 52 min on one core each): final "
+        "mean@4 0.000 vs OPSD 0.000: not reproduced. Both collapse as OPSD does against GRPO: held-out 0.256 -> "
+        "0.010 / 0.011 at step 10 -> 0.000 from step 20, train reward 0 from step 15, then responses run to the "
+        "192-token cap (format errors on every held-out sample). DASH's horizons only slowed the lengthening (mean "
+        "response 55 vs 77 tokens at step 20, 85 vs 155 at step 25; 1.98M vs 2.15M response tokens in all)"),
     claim="DASH improves over matched vanilla OPSD reruns on every benchmark at all three model scales, with no "
           "extra teacher or student forward pass"))
