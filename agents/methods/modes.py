@@ -231,26 +231,27 @@ class ModeReward(_ModeTableUser):
 
 # Measured before declaring (inference only, 16 held-out tasks x 4 samples at T = 0.7, through mode_caps and the hf
 # engine): SmolLM2-135M-Instruct started 0 of 64 responses with a marker, with the default instruction and with one
-# that shows an example reply, so until a warm start teaches the markers every response is scored as Long and this
-# comparison can only show noise: a warm start whose responses begin with a marker (for instance a micro-countdown
-# variant with NoThink / Short / Long traces) is what makes a modes comparison meaningful.
+# that shows an example reply, so on the plain model every response is scored as Long. Both runs therefore start from
+# ``smollm2-modes`` (agents/policy/modes_warmstart.py): SmolLM2 fine-tuned on 192 tasks of another task stream, the
+# three modes' answers in equal numbers, prompted exactly as here. Measured (32 held-out tasks x 4 at T = 0.7): every
+# response starts with a marker (plain SmolLM2: none), mixed 77% /nothink, 18% /short, 5% /long, mean@4 0.125.
 # The smollm2 lane with its env switched to the modes wrapper, for both runs: the same prompts (the instruction
 # listing the modes), the same caps in scoring, flat pay in the env. The method adds the mode weights (mode_reward)
 # and generation-time caps (mode_caps); the baseline is GRPO on the same env. Caps in SmolLM2 tokens: "/nothink"
-# alone is 4 of them and "\boxed{12}" 7, a one-line "a + b = c. The answer is \boxed{c}." about 24.
-SMOLLM2_MODES = ("env=rlvr/Modes-v0", "env_kwargs.base=rlvr/Arithmetic-v0", "env_kwargs.pay_weights=false",
-                 "env_kwargs.modes.nothink.cap=16", "env_kwargs.modes.short.cap=32", "env_kwargs.modes.long.cap=48")
+# alone is 4 of them and "\boxed{12}" 7, a one-line "a + b = c. The answer is \boxed{c}." about 24; the warm start's
+# caps are these (its defaults) and it refuses a demonstration that would not fit.
+SMOLLM2_MODES = ("model=smollm2-modes", "env=rlvr/Modes-v0", "env_kwargs.base=rlvr/Arithmetic-v0",
+                 "env_kwargs.pay_weights=false", "env_kwargs.modes.nothink.cap=16", "env_kwargs.modes.short.cap=32",
+                 "env_kwargs.modes.long.cap=48")
 
 declare(Comparison(
     method="modes", baseline="grpo", metric="final_eval_tokens", direction="lower", accuracy_tolerance=0.05,
     lane="smollm2", overrides=SMOLLM2_MODES,
     known_result=(
-        "smollm2 lane, seed 0 only (2026-12-05): final greedy held-out length 11.1 vs GRPO 12.5 tokens (-1.41) at "
-        "accuracy 0.345 vs 0.370; one seed, no interval: inconclusive. SmolLM2 never wrote a mode marker (no-marker "
-        "rate 1.0 at every step), so every rollout was a Long one: its weight 0.75 scales a whole group and cancels "
-        "in the group-normalized advantage, and what differed was the generation-time 48-token cap (11-30% of "
-        "rollouts cut over steps 1-10, 0-2% over steps 16-20). Not a test of mode choice; that needs a warm start "
-        "that writes markers"),
+        "not yet run from the smollm2-modes warm start. Without it (plain SmolLM2, seed 0, 2026-12-05): final greedy "
+        "held-out length 11.1 vs GRPO 12.5 tokens at accuracy 0.345 vs 0.370, inconclusive; SmolLM2 never wrote a "
+        "mode marker (no-marker rate 1.0 at every step), so every rollout was a Long one and what differed was the "
+        "generation-time 48-token cap: not a test of mode choice, hence the warm start"),
     claim="modes chosen by the first token, learned in GRPO through mode-weighted reward (1.0 / 0.9 / 0.75) and hard "
           "per-mode caps, cut mean response length 41% (4796 -> 2811 tokens) at about equal accuracy (MATH500 0.782 "
           "vs 0.796; read: mean final accuracy within 0.05). Here the baseline is GRPO on the same modes env (same "

@@ -30,7 +30,7 @@ import shutil
 import string
 import tempfile
 import time
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
@@ -245,20 +245,6 @@ def ensure_micro(cfg: MicroConfig | None = None, *, progress: bool = True) -> Pa
 
 def parse_name(name: str) -> MicroConfig | None:
     """``micro-countdown`` or ``micro-countdown@key=value,...`` (config overrides, e.g. ``@steps=20``) -> config."""
-    base, _, spec = name.partition("@")
-    if base != NAME:
-        return None
-    cfg = MicroConfig()
-    if not spec:
-        return cfg
-    fields = {f: type(v) for f, v in asdict(cfg).items()}
-    changes: dict[str, Any] = {}
-    for item in spec.split(","):
-        key, sep, value = item.partition("=")
-        if not sep or key not in fields:
-            raise ValueError(f"{name!r}: expected {NAME}@key=value,... with keys from {sorted(fields)}")
-        try:
-            changes[key] = fields[key](value)
-        except ValueError:
-            raise ValueError(f"{name!r}: {key}={value!r} is not a {fields[key].__name__}") from None
-    return replace(cfg, **changes)
+    from agents.policy.models import parse_spec
+
+    return parse_spec(name, NAME, MicroConfig())

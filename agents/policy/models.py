@@ -21,7 +21,7 @@ import os
 import shutil
 import string
 import tempfile
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -193,9 +193,30 @@ def _load_pretrained(path_or_id: str, dtype: torch.dtype) -> tuple[Any, Any]:
     return model.eval(), tokenizer
 
 
+def parse_spec(name: str, prefix: str, default: Any) -> Any:
+    """``prefix`` or ``prefix@key=value,...`` -> ``default`` (a frozen dataclass) with those fields replaced, each
+    value converted to its field's type; another name -> ``None``."""
+    base, _, spec = name.partition("@")
+    if base != prefix:
+        return None
+    if not spec:
+        return default
+    fields = {f: type(v) for f, v in asdict(default).items()}
+    changes: dict[str, Any] = {}
+    for item in spec.split(","):
+        key, sep, value = item.partition("=")
+        if not sep or key not in fields:
+            raise ValueError(f"{name!r}: expected {prefix}@key=value,... with keys from {sorted(fields)}")
+        try:
+            changes[key] = fields[key](value)
+        except ValueError:
+            raise ValueError(f"{name!r}: {key}={value!r} is not a {fields[key].__name__}") from None
+    return replace(default, **changes)
+
+
 def load_policy(name: str, *, dtype: str | torch.dtype = "float32", seed: int = 0) -> Policy:
     """``"smollm2"``, ``"tiny"``, ``"micro-countdown"`` (``agents.policy.micro``; ``micro-countdown@steps=20`` overrides
-    its warm-start config), a Hugging Face model id, a local model directory or a ``.gguf`` file.
+    its warm-start config), ``"smollm2-modes"`` (``agents.policy.modes_warmstart``, the same ``@`` overrides), a Hugging Face model id, a local model directory or a ``.gguf`` file.
     ``seed`` only matters for ``tiny`` (its init); pretrained weights are what they are."""
     torch_dtype = _dtype(dtype)
     if name == "tiny":
@@ -210,14 +231,20 @@ def load_policy(name: str, *, dtype: str | torch.dtype = "float32", seed: int = 
                       info={"hf_id": SMOLLM2_ID, "dtype": str(torch_dtype), "path": str(path)})
     if not name or not isinstance(name, str):
         raise ValueError(f"model name must be a non-empty string, got {name!r}")
-    from agents.policy.micro import ensure_micro, parse_name
+    from agents.policy import micro, modes_warmstart
 
-    micro = parse_name(name)
-    if micro is not None:  # built (supervised warm start) on first use, then cached
-        path = ensure_micro(micro)
+    micro_cfg = micro.parse_name(name)
+    if micro_cfg is not None:  # built (supervised warm start) on first use, then cached
+        path = micro.ensure_micro(micro_cfg)
         model, tokenizer = _load_pretrained(str(path), torch_dtype)
         return Policy(model, tokenizer, name, weights_hash(model), source=f"warm start {path.name}",
-                      info={"dtype": str(torch_dtype), "path": str(path), "micro_key": micro.key()})
+                      info={"dtype": str(torch_dtype), "path": str(path), "micro_key": micro_cfg.key()})
+    modes_cfg = modes_warmstart.parse_name(name)
+    if modes_cfg is not None:  # the same, for SmolLM2 with mode markers
+        path = modes_warmstart.ensure_modes_warmstart(modes_cfg)
+        model, tokenizer = _load_pretrained(str(path), torch_dtype)
+        return Policy(model, tokenizer, name, weights_hash(model), source=f"warm start {path.name}",
+                      info={"dtype": str(torch_dtype), "path": str(path), "warmstart_key": modes_cfg.key()})
     model, tokenizer = _load_pretrained(name, torch_dtype)
     info = {"dtype": str(torch_dtype)}
     if Path(name).is_dir():
