@@ -248,10 +248,12 @@ declare(Comparison(
     method="modes", baseline="grpo", metric="final_eval_tokens", direction="lower", accuracy_tolerance=0.05,
     lane="smollm2", overrides=SMOLLM2_MODES,
     known_result=(
-        "not yet run from the smollm2-modes warm start. Without it (plain SmolLM2, seed 0, 2026-12-05): final greedy "
-        "held-out length 11.1 vs GRPO 12.5 tokens at accuracy 0.345 vs 0.370, inconclusive; SmolLM2 never wrote a "
-        "mode marker (no-marker rate 1.0 at every step), so every rollout was a Long one and what differed was the "
-        "generation-time 48-token cap: not a test of mode choice, hence the warm start"),
+        "smollm2 lane from the smollm2-modes warm start, seeds 0-1 (2026-12-05): final greedy held-out length 24.6 "
+        "vs GRPO 24.4 tokens, +0.13 [95% -0.89, +1.14] at accuracy 0.445 vs 0.430: not reproduced. Every response "
+        "carried a marker, and both runs left /nothink (70-73% of rollouts at step 1, accuracy about 0.1) for /short "
+        "(91-95% by step 5, 97-100% from step 10): a mode's accuracy (/short about 0.4-0.6) outweighed its pay "
+        "(0.9 vs 1.0), so the weights changed nothing and held-out length rose 11.9 -> 24.6 on both sides. Before "
+        "the warm start (plain SmolLM2, seed 0) no marker was ever written: 11.1 vs 12.5 tokens, not a test of modes"),
     claim="modes chosen by the first token, learned in GRPO through mode-weighted reward (1.0 / 0.9 / 0.75) and hard "
           "per-mode caps, cut mean response length 41% (4796 -> 2811 tokens) at about equal accuracy (MATH500 0.782 "
           "vs 0.796; read: mean final accuracy within 0.05). Here the baseline is GRPO on the same modes env (same "
