@@ -59,3 +59,27 @@ def test_missing_model_gives_clear_error(tmp_path, monkeypatch):
         load_policy(str(tmp_path / "no-such-model"))
     with pytest.raises(FileNotFoundError, match="cannot load model"):
         load_policy("no-such-org/no-such-model")
+
+
+def test_cached_build_leaves_nothing_after_a_failed_build(tmp_path):
+    from agents.policy.models import cached_build, tiny_model, tiny_tokenizer
+
+    out = tmp_path / "models" / "thing-abc"
+    calls = []
+
+    def failing():
+        calls.append("fail")
+        raise RuntimeError("killed mid-build")
+
+    with pytest.raises(RuntimeError, match="killed"):
+        cached_build(out, failing)
+    assert not out.exists() and [p.name for p in out.parent.iterdir() if not p.name.endswith(".lock")] == []
+
+    def build():
+        calls.append("build")
+        tok = tiny_tokenizer()
+        return tiny_model(tok), tok, {"ok": 1}
+
+    assert cached_build(out, build) == out and (out / "warmstart.json").is_file()
+    assert cached_build(out, failing) == out  # a finished build is reused, never rebuilt
+    assert calls == ["fail", "build"]

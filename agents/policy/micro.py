@@ -25,10 +25,7 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import os
-import shutil
 import string
-import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -221,26 +218,10 @@ def micro_dir(cfg: MicroConfig) -> Path:
 
 def ensure_micro(cfg: MicroConfig | None = None, *, progress: bool = True) -> Path:
     """The cached warm-started model directory for ``cfg``, training it first if absent (file-locked, atomic)."""
-    from filelock import FileLock
+    from agents.policy.models import cached_build
 
     cfg = cfg or MicroConfig()
-    out = micro_dir(cfg)
-    if (out / "warmstart.json").is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out) + ".lock"):
-        if (out / "warmstart.json").is_file():  # another process built it while we waited
-            return out
-        model, tokenizer, report = warm_start(cfg, progress=progress)
-        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp", dir=out.parent))
-        try:
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            (tmp / "warmstart.json").write_text(json.dumps(report, indent=1))
-            os.replace(tmp, out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+    return cached_build(micro_dir(cfg), lambda: warm_start(cfg, progress=progress))
 
 
 def parse_name(name: str) -> MicroConfig | None:

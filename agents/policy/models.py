@@ -21,6 +21,7 @@ import os
 import shutil
 import string
 import tempfile
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -191,6 +192,30 @@ def _load_pretrained(path_or_id: str, dtype: torch.dtype) -> tuple[Any, Any]:
             f"hub{' (HF_HUB_OFFLINE is set)' if offline else ''}: {e}"
         ) from e
     return model.eval(), tokenizer
+
+
+def cached_build(out: Path, build: Callable[[], tuple[Any, Any, dict[str, Any]]]) -> Path:
+    """``out`` once it holds a finished build (``warmstart.json``); else ``build()`` -> (model, tokenizer, report) is
+    saved there, under a file lock (a second process waits, then reuses it) and atomically (a killed build leaves
+    nothing that looks finished)."""
+    from filelock import FileLock
+
+    if (out / "warmstart.json").is_file():
+        return out
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(out) + ".lock"):
+        if (out / "warmstart.json").is_file():  # another process built it while we waited
+            return out
+        model, tokenizer, report = build()
+        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp", dir=out.parent))
+        try:
+            model.save_pretrained(tmp)
+            tokenizer.save_pretrained(tmp)
+            (tmp / "warmstart.json").write_text(json.dumps(report, indent=1))
+            os.replace(tmp, out)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+    return out
 
 
 def parse_spec(name: str, prefix: str, default: Any) -> Any:

@@ -26,9 +26,6 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-import os
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -195,26 +192,15 @@ def warmstart_dir(cfg: ModesWarmStart) -> Path:
 
 def ensure_modes_warmstart(cfg: ModesWarmStart | None = None, *, log: Any = None) -> Path:
     """The cached warm-started model directory for ``cfg``, training it first if absent (file-locked, atomic)."""
-    from filelock import FileLock
+    from agents.policy.models import cached_build
 
     cfg = cfg or ModesWarmStart()
-    out = warmstart_dir(cfg)
-    if (out / "warmstart.json").is_file():
-        return out
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(out) + ".lock"):
-        if (out / "warmstart.json").is_file():  # another process built it while we waited
-            return out
+
+    def build() -> tuple[Any, Any, dict[str, Any]]:
         policy, report = warm_start(cfg, log=log)
-        tmp = Path(tempfile.mkdtemp(prefix=out.name + ".tmp", dir=out.parent))
-        try:
-            policy.model.save_pretrained(tmp)
-            policy.tokenizer.save_pretrained(tmp)
-            (tmp / "warmstart.json").write_text(json.dumps(report, indent=1))
-            os.replace(tmp, out)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return out
+        return policy.model, policy.tokenizer, report
+
+    return cached_build(warmstart_dir(cfg), build)
 
 
 def parse_name(name: str) -> ModesWarmStart | None:
