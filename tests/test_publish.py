@@ -276,7 +276,7 @@ def test_estimate_flops_follows_its_formula():
 
 def test_a_results_file_of_another_run_with_the_same_method_and_seed_is_kept(runs, tmp_path):
     """A board's results file from an earlier run of the same method and seed (an older build) is not overwritten
-    or resumed into: the new run's evaluation gets a file named after its own run folder."""
+    or resumed into: the new run's evaluation gets a file named after its own run folder (its key, for a suite run)."""
     res = tmp_path / "res"
     res.mkdir()
     older = res / "lane-micro-grpo-s0.json"
@@ -289,3 +289,13 @@ def test_a_results_file_of_another_run_with_the_same_method_and_seed_is_kept(run
     # its own file is found again by name: a republish reuses the evaluation (and the board refuses the duplicate)
     with pytest.raises(lb.SubmissionRejected, match="already on board"):
         publish_run(runs["s0"], boards_dir=tmp_path / "boards", results_dir=res)
+
+
+def test_run_tag_is_the_key_of_a_suite_run_folder():
+    from agents.grpo.publish import run_tag
+
+    # a suite run folder keeps only its key: the results file name already has the method and seed
+    assert run_tag(Path("/x/grpo-s0-29ba3467ead39fd1")) == "29ba3467ead39fd1"
+    assert run_tag(Path("/x/modes_vs-s12-0123456789abcdef")) == "0123456789abcdef"
+    for name in ("grpo-s0", "grpo-s0-29ba3467", "grpo-29ba3467ead39fd1", "my-run"):
+        assert run_tag(Path("/x") / name) == name

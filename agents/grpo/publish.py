@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -268,13 +269,20 @@ def publish_run(run_dir: str | os.PathLike, *, boards_dir: str | os.PathLike | N
     out_dir = Path(results_dir) if results_dir is not None else run_dir / "published"
     out = out_dir / f"{board}-{method}-s{cfg.seed}.json"
     if out.is_file() and f" of {run_dir.name} on " not in _evaluated_source(out):
-        # the same method and seed from another run (an earlier build of the code) keeps its file; this run gets one
-        # named after its own folder too
-        out = out_dir / f"{board}-{method}-s{cfg.seed}-{run_dir.name}.json"
+        # the same method and seed from another run (an earlier build of the code) keeps its file; this run's is
+        # named after its own run too
+        out = out_dir / f"{board}-{method}-s{cfg.seed}-{run_tag(run_dir)}.json"
     evaluate(agent, cfg.env, env_kwargs={**cfg.env_kwargs, **cfg.eval_env_kwargs}, n_samples=int(cfg.eval_samples), seed=0,
                        limit=n_tasks, batch_size=64, out=out, resume=True, progress=progress)
     training = _training(run_dir, state, path, policy, method)
     return submit(out, board, boards_dir=boards_dir, label=label, training=training)
+
+
+def run_tag(run_dir: Path) -> str:
+    """What tells a run apart in a results file name: the run key of a suite run folder (``<recipe>-s<seed>-<key>``,
+    which the name already carries the rest of), else the whole folder name."""
+    m = re.fullmatch(r".+-s\d+-([0-9a-f]{16})", run_dir.name)
+    return m.group(1) if m else run_dir.name
 
 
 def _evaluated_source(results_file: Path) -> str:
