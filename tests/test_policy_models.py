@@ -3,6 +3,9 @@ minute the first time) is checked in benchmarks/test_bench_engine.py."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -67,12 +70,18 @@ def test_cached_build_leaves_nothing_after_a_failed_build(tmp_path):
     out = tmp_path / "models" / "thing-abc"
     calls = []
 
+    class DiesWhileSaving:  # writes part of its weights, then the process "dies"
+        def save_pretrained(self, path):
+            (Path(path) / "model.safetensors").write_bytes(b"partial")
+            raise RuntimeError("killed mid-save")
+
     def failing():
         calls.append("fail")
-        raise RuntimeError("killed mid-build")
+        return DiesWhileSaving(), tiny_tokenizer(), {"ok": 0}
 
-    with pytest.raises(RuntimeError, match="killed"):
+    with pytest.raises(RuntimeError, match="killed mid-save"):
         cached_build(out, failing)
+    # nothing half-written is left where the next load would look, nor a stray temporary folder
     assert not out.exists() and [p.name for p in out.parent.iterdir() if not p.name.endswith(".lock")] == []
 
     def build():
@@ -80,6 +89,6 @@ def test_cached_build_leaves_nothing_after_a_failed_build(tmp_path):
         tok = tiny_tokenizer()
         return tiny_model(tok), tok, {"ok": 1}
 
-    assert cached_build(out, build) == out and (out / "warmstart.json").is_file()
+    assert cached_build(out, build) == out and json.loads((out / "warmstart.json").read_text()) == {"ok": 1}
     assert cached_build(out, failing) == out  # a finished build is reused, never rebuilt
     assert calls == ["fail", "build"]

@@ -241,7 +241,8 @@ def parse_spec(name: str, prefix: str, default: Any) -> Any:
 
 def load_policy(name: str, *, dtype: str | torch.dtype = "float32", seed: int = 0) -> Policy:
     """``"smollm2"``, ``"tiny"``, ``"micro-countdown"`` (``agents.policy.micro``; ``micro-countdown@steps=20`` overrides
-    its warm-start config), ``"smollm2-modes"`` (``agents.policy.modes_warmstart``, the same ``@`` overrides), a Hugging Face model id, a local model directory or a ``.gguf`` file.
+    its warm-start config), ``"smollm2-modes"`` (``agents.policy.modes_warmstart``, the same ``@`` overrides), a
+    Hugging Face model id, a local model directory or a ``.gguf`` file.
     ``seed`` only matters for ``tiny`` (its init); pretrained weights are what they are."""
     torch_dtype = _dtype(dtype)
     if name == "tiny":
@@ -258,18 +259,15 @@ def load_policy(name: str, *, dtype: str | torch.dtype = "float32", seed: int = 
         raise ValueError(f"model name must be a non-empty string, got {name!r}")
     from agents.policy import micro, modes_warmstart
 
-    micro_cfg = micro.parse_name(name)
-    if micro_cfg is not None:  # built (supervised warm start) on first use, then cached
-        path = micro.ensure_micro(micro_cfg)
-        model, tokenizer = _load_pretrained(str(path), torch_dtype)
-        return Policy(model, tokenizer, name, weights_hash(model), source=f"warm start {path.name}",
-                      info={"dtype": str(torch_dtype), "path": str(path), "micro_key": micro_cfg.key()})
-    modes_cfg = modes_warmstart.parse_name(name)
-    if modes_cfg is not None:  # the same, for SmolLM2 with mode markers
-        path = modes_warmstart.ensure_modes_warmstart(modes_cfg)
-        model, tokenizer = _load_pretrained(str(path), torch_dtype)
-        return Policy(model, tokenizer, name, weights_hash(model), source=f"warm start {path.name}",
-                      info={"dtype": str(torch_dtype), "path": str(path), "warmstart_key": modes_cfg.key()})
+    # supervised warm starts (micro-countdown, smollm2-modes): built on first use, then cached
+    for parse, ensure in ((micro.parse_name, micro.ensure_micro),
+                          (modes_warmstart.parse_name, modes_warmstart.ensure_modes_warmstart)):
+        cfg = parse(name)
+        if cfg is not None:
+            path = ensure(cfg)
+            model, tokenizer = _load_pretrained(str(path), torch_dtype)
+            return Policy(model, tokenizer, name, weights_hash(model), source=f"warm start {path.name}",
+                          info={"dtype": str(torch_dtype), "path": str(path), "warmstart_key": cfg.key()})
     model, tokenizer = _load_pretrained(name, torch_dtype)
     info = {"dtype": str(torch_dtype)}
     if Path(name).is_dir():
