@@ -246,6 +246,13 @@ class MCStepCredit(Component):
 
 declare(Comparison(
     method="mc_step", baseline="grpo", metric="final_accuracy", direction="higher",
+    known_result=(
+        "micro lane, seeds 0-2 (2026-12-06, ab301f3 runs): final mean@4 0.480 vs GRPO 0.460, diff +0.019 [95% paired "
+        "bootstrap -0.005, +0.043]: inconclusive, though higher on every seed (0.468 / 0.490 / 0.481 vs 0.451 / "
+        "0.488 / 0.443; board re-evaluation 0.491 / 0.503 / 0.469 vs 0.449 / 0.463 / 0.450). Mean held-out "
+        "accuracy over steps 10-60 higher by 0.020 / 0.018 / 0.001. Cost: about 2,200 continuations and 35k extra "
+        "tokens per step (about 550 line boundaries x 4 continuations), 2.05x GRPO's FLOPs (3.26e13 vs 1.60e13) "
+        "and 4.4x its wall time on one core (1,667-2,352 s vs 393-536 s); equal final length (27.0 vs 27.5 tokens)"),
     claim=("Monte-Carlo step values (continuations from step boundaries, scored by the verifier) assign the terminal "
            "reward to individual steps (arXiv 2610.20497, abstract truncated before any figure; read: step credit "
            "gives higher final accuracy than GRPO's sequence-level credit at the same rollouts, at extra generation "
