@@ -442,3 +442,45 @@ def test_credit_quality_summary_over_batches_golden(tmp_path):
     combined = script.main(["--combine", str(tmp_path / "a.json"), str(tmp_path / "b.json")])
     assert combined["summary"]["dash"]["sign_agreement"]["mean"] == pytest.approx(0.6)
     assert len(combined["per_seed"]) == 2
+
+
+# -- benchmarks/rredcot_probe.py (tiny model only) ---------------------------------------------------------------------
+def _probe_script():
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "rredcot_probe.py"
+    spec = importlib.util.spec_from_file_location("rredcot_probe_script", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_rredcot_probe_value_is_the_token_by_token_log_probability():
+    from agents.policy import load_policy
+
+    policy = load_policy("tiny")
+    script = _probe_script()
+    prefix, cont = "What is 3 + 4? 3 + 4 =", "\nThe answer is 7"
+    p = policy.tokenizer(prefix, add_special_tokens=False)["input_ids"]
+    a = policy.tokenizer(cont, add_special_tokens=False)["input_ids"]
+    expected = 0.0
+    with torch.no_grad():  # one forward per continuation token: an independent path to the same number
+        for i, t in enumerate(a):
+            logits = policy.model(torch.tensor([p + a[:i]])).logits[0, -1].float()
+            expected += torch.log_softmax(logits, -1)[t].item()
+    assert script.value(policy, prefix, cont) == pytest.approx(expected, abs=1e-4)
+
+
+def test_rredcot_probe_script_runs_on_the_tiny_model(tmp_path, capsys):
+    script = _probe_script()
+    assert script.main(["--model", "tiny", "--tasks", "3", "--json", str(tmp_path / "p.json")]) == 0
+    out = json.loads((tmp_path / "p.json").read_text())
+    v = out["mean_value"]
+    assert out["tasks"] == 3 and set(v) == set(script.KINDS) and all(x < 0 for x in v.values())
+    assert out["mean_dv"]["wrong"] == pytest.approx(v["wrong"] - v["start"])
+    lo, hi = out["empty_box_minus_wrong"]["ci95"]
+    assert lo <= out["empty_box_minus_wrong"]["mean"] <= hi
+    with pytest.raises(SystemExit):
+        script.main(["--model", "tiny", "--tasks", "1"])
+    assert "--tasks must be at least 2" in capsys.readouterr().err

@@ -251,10 +251,13 @@ declare(Comparison(
 declare(Comparison(
     method="rredcot", baseline="grpo", metric="final_accuracy", direction="higher", lane="smollm2", seeds=(0, 1),
     known_result=(
-        "smollm2 lane, seed 0 only (2026-12-05): final greedy held-out accuracy 0.425 vs GRPO 0.415, diff +0.010 "
-        "[95% -0.030, +0.050] (paired bootstrap over tasks): inconclusive. Responses collapsed to one line as they "
-        "shortened (segments per 64 rows 98 at step 1, 64-67 over steps 15-20), so the segment credit became sequence credit; the "
-        "scoring forwards made the run 1.73x GRPO's wall time (2,627 vs 1,521 s)"),
+        "smollm2 lane, seeds 0-1 (2026-12-06, ab301f3 runs): final greedy held-out accuracy 0.173 vs GRPO 0.370, "
+        "diff -0.198 [95% paired bootstrap -0.380, -0.020]: not reproduced (worse). Seed 0 0.345 vs 0.390 "
+        "(length 10.6 vs 10.9 tokens); seed 1 collapsed to an empty '\\boxed{}' (0.170 -> 0.140 -> 0.000, 5.0 "
+        "tokens). Why: under the base model an empty box raises log p('The answer is N') by +6.8 nats, a wrong "
+        "number by +4.0 (a right one +12.4; 40 tasks, benchmarks/rredcot_probe.py), so in groups with no correct "
+        "answer the z-scored segment credit pays not committing. 1.36x GRPO's wall time (1,002-1,048 s vs "
+        "738-765 s). The earlier seed-0 run (4e509c5) gave 0.425 vs 0.415"),
     claim="RREDCoT's likelihood-based segment credit beats GRPO's sequence-level credit (as rredcot_vs_grpo), on the "
           "real-model lane: SmolLM2-135M on arithmetic, greedy held-out accuracy; segments are the response's lines, "
           "a* = 'The answer is N' after the prefix, the recipe's settings unchanged"))
