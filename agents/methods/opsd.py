@@ -170,12 +170,13 @@ class DASHOPSDLoss(OPSDLoss):
 declare(Comparison(
     method="opsd", baseline="grpo", metric="final_accuracy", direction="higher",
     known_result=(
-        "micro lane, seed 0 only (one paired seed fitted a session; 1c69bfe): final mean@4 0.000 vs GRPO 0.495, "
-        "diff -0.495 [95% -0.550, -0.439]: not reproduced. OPSD collapses: held-out 0.279 -> 0.019 (step 10) -> "
-        "0.000 (step 20 on); train reward 0.24 -> 0; the teacher (same model given the verified solution) assigns "
-        "the student's tokens lower log-prob than the student (gap about -1.0 nat/token) because the 2.2M model "
-        "cannot read the privileged context, and the divergence is driven to 0 by 192-token degenerate outputs "
-        "where both views agree. Seed 1 showed the same to step 40 (0.264 -> 0.016 -> 0.000)"),
+        "micro lane, seeds 0-1 (2026-12-06, ab301f3 runs): final mean@4 0.000 vs GRPO 0.469, diff -0.469 [95% "
+        "paired bootstrap -0.516, -0.424]: not reproduced. OPSD collapses on both seeds: held-out 0.269 / 0.259 -> "
+        "0.021 / 0.015 (step 10) -> 0.000 from step 20, train reward 0 from step 17 / 22, mean response 37 -> 48 -> "
+        "180-191 tokens at steps 1 / 11 / 21 (the 192-token cap, 4.8x GRPO's response tokens). The teacher (the "
+        "same 2.2M model given the verified solution) puts about 0.9 nat/token less on the student's tokens than "
+        "the student does over steps 1-10 (loss.teacher_lp_gap): it cannot read the privileged context. 2,652 / "
+        "2,834 s vs 393 / 536 s on one core. The earlier seed-0 run (1c69bfe) collapsed the same way"),
     claim="on-policy self-distillation from the model's own view of a verified solution gives dense token-level "
           "supervision that alleviates RLVR's sparse sequence reward (seed 004's OPSD papers; RLCSD reports prior OPSD "
           "methods and GRPO as baselines it beats; read: OPSD's held-out accuracy above GRPO's on the same lane)"))
