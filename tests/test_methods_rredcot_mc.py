@@ -393,15 +393,19 @@ def test_component_runs_and_resumes_exactly_in_the_trainer(name, tmp_path):
 
 
 # -- benchmarks/credit_quality.py (toy and tiny models only) -----------------------------------------------------------
-def _script():
+def _benchmark_script(name: str):
     import importlib.util
     from pathlib import Path
 
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "credit_quality.py"
-    spec = importlib.util.spec_from_file_location("credit_quality_script", path)
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(f"{name}_script", path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+def _script():
+    return _benchmark_script("credit_quality")
 
 
 def test_credit_quality_script_on_the_toy_trainer(tmp_path):
@@ -446,14 +450,7 @@ def test_credit_quality_summary_over_batches_golden(tmp_path):
 
 # -- benchmarks/rredcot_probe.py (tiny model only) ---------------------------------------------------------------------
 def _probe_script():
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parent.parent / "benchmarks" / "rredcot_probe.py"
-    spec = importlib.util.spec_from_file_location("rredcot_probe_script", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return _benchmark_script("rredcot_probe")
 
 
 def test_rredcot_probe_value_is_the_token_by_token_log_probability():
