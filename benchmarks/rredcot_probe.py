@@ -40,14 +40,16 @@ def responses(expression: str, answer: int) -> dict[str, str]:
 
 
 @torch.no_grad()
-def value(policy: Any, prefix: str, continuation: str) -> float:
-    """log pi(continuation | prefix), teacher-forced; the continuation is tokenized on its own, as RREDCoT does."""
+def values(policy: Any, prefixes: list[str], continuation: str) -> list[float]:
+    """log pi(continuation | prefix) for each prefix, teacher-forced through the trainer's log-prob path
+    (``response_logprobs``); the continuation is tokenized on its own, as RREDCoT does."""
+    from agents.grpo.logprobs import response_logprobs
+
     tok = policy.tokenizer
-    p = tok(prefix, add_special_tokens=False)["input_ids"]
     a = tok(continuation, add_special_tokens=False)["input_ids"]
-    ids = torch.tensor([p + a])
-    logp = torch.log_softmax(policy.model(ids).logits[0, len(p) - 1:-1].float(), dim=-1)
-    return float(logp.gather(1, torch.tensor(a)[:, None]).sum())
+    prompts = [tok(p, add_special_tokens=False)["input_ids"] for p in prefixes]
+    lp, _ = response_logprobs(policy.model, prompts, [a] * len(prompts), pad_id=tok.pad_token_id or 0)
+    return lp.sum(dim=1).tolist()
 
 
 def probe(policy: Any, *, tasks: int, env_id: str = "rlvr/Arithmetic-v0", seed: int = 0,
@@ -56,26 +58,26 @@ def probe(policy: Any, *, tasks: int, env_id: str = "rlvr/Arithmetic-v0", seed: 
 
     import rlvr_envs  # noqa: F401  (registers the IDs)
     from agents.methods.rredcot import GENERIC_TEMPLATE, gold_continuation
+    from benchmarks.countdown_coverage import bootstrap_interval
 
     env = gym.make(env_id)
-    values: dict[str, list[float]] = {k: [] for k in KINDS}
+    scores: dict[str, list[float]] = {k: [] for k in KINDS}
     for i in range(tasks):
         _, info = env.reset(options={"index": i})
         task = env.unwrapped.task
         prompt = policy.prompt_text(info["messages"])
         gold = gold_continuation({"answer": task.answer}, GENERIC_TEMPLATE)
-        for kind, text in responses(task.metadata["expression"], int(task.answer)).items():
-            values[kind].append(value(policy, prompt + text, gold))
-    v = {k: np.asarray(x) for k, x in values.items()}
-    gap = (v["empty_box"] - v["wrong"])
-    rng = np.random.default_rng(seed)
-    boots = gap[rng.integers(0, len(gap), size=(bootstrap, len(gap)))].mean(axis=1)
+        kinds = responses(task.metadata["expression"], int(task.answer))
+        for kind, score in zip(kinds, values(policy, [prompt + text for text in kinds.values()], gold)):
+            scores[kind].append(score)
+    v = {k: np.asarray(x) for k, x in scores.items()}
+    gap = v["empty_box"] - v["wrong"]
+    lo, hi = bootstrap_interval(gap, n_boot=bootstrap, seed=seed)
     return {
         "env_id": env_id, "tasks": tasks, "template": GENERIC_TEMPLATE,
         "mean_value": {k: float(x.mean()) for k, x in v.items()},
         "mean_dv": {k: float((x - v["start"]).mean()) for k, x in v.items() if k != "start"},
-        "empty_box_minus_wrong": {"mean": float(gap.mean()), "ci95": [float(np.percentile(boots, 2.5)),
-                                                                      float(np.percentile(boots, 97.5))],
+        "empty_box_minus_wrong": {"mean": float(gap.mean()), "ci95": [lo, hi],
                                   "share_positive": float((gap > 0).mean())},
         "interval": "95% percentile bootstrap over tasks",
     }

@@ -453,7 +453,7 @@ def _probe_script():
     return _benchmark_script("rredcot_probe")
 
 
-def test_rredcot_probe_value_is_the_token_by_token_log_probability():
+def test_rredcot_probe_values_are_the_token_by_token_log_probability():
     from agents.policy import load_policy
 
     policy = load_policy("tiny")
@@ -466,7 +466,11 @@ def test_rredcot_probe_value_is_the_token_by_token_log_probability():
         for i, t in enumerate(a):
             logits = policy.model(torch.tensor([p + a[:i]])).logits[0, -1].float()
             expected += torch.log_softmax(logits, -1)[t].item()
-    assert script.value(policy, prefix, cont) == pytest.approx(expected, abs=1e-4)
+    assert script.values(policy, [prefix], cont)[0] == pytest.approx(expected, abs=1e-4)
+    # a batch of prefixes of different lengths (padded) scores each as it scores alone
+    both = script.values(policy, [prefix, "What is 3 + 4?"], cont)
+    assert both[0] == pytest.approx(expected, abs=1e-4)
+    assert both[1] == pytest.approx(script.values(policy, ["What is 3 + 4?"], cont)[0], abs=1e-4)
 
 
 def test_rredcot_probe_script_runs_on_the_tiny_model(tmp_path, capsys):
