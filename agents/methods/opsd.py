@@ -183,10 +183,12 @@ declare(Comparison(
 declare(Comparison(
     method="dash_opsd", baseline="opsd", metric="final_accuracy", direction="higher",
     known_result=(
-        "micro lane, seed 0 only (2026-12-05, 62bcb2c; the two runs took 49 and 52 min on one core each): final "
-        "mean@4 0.000 vs OPSD 0.000: not reproduced. Both collapse as OPSD does against GRPO: held-out 0.256 -> "
-        "0.010 / 0.011 at step 10 -> 0.000 from step 20, train reward 0 from step 15, then responses run to the "
-        "192-token cap (format errors on every held-out sample). DASH's horizons only slowed the lengthening (mean "
-        "response 55 vs 77 tokens at step 20, 85 vs 155 at step 25; 1.98M vs 2.15M response tokens in all)"),
+        "micro lane, seeds 0-1 (2026-12-06, ab301f3 runs): final mean@4 0.000 vs OPSD 0.000, diff +0.000 [95% paired "
+        "bootstrap +0.000, +0.000]: not reproduced. Both collapse on both seeds, step for step: held-out 0.269 / 0.259 "
+        "-> 0.026 / 0.014 (OPSD 0.021 / 0.015) at step 10 -> 0.000 from step 20; train reward 0 from step 17; mean "
+        "response at the 192-token cap from step 22 / 20 on both sides (sum of per-step mean lengths over steps 1-20: "
+        "1,071 / 1,289 vs OPSD 1,094 / 1,295). At these keys DASH's horizons no longer slow the lengthening that the "
+        "earlier seed-0 pair (62bcb2c: 55 vs 77 tokens at step 20) showed. 3,061 / 3,049 s vs 2,656 / 2,252 s, each "
+        "on one core beside one other run (per-step cost without contention: benchmarks/results/loss_cost.json)"),
     claim="DASH improves over matched vanilla OPSD reruns on every benchmark at all three model scales, with no "
           "extra teacher or student forward pass"))
