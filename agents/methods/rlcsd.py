@@ -99,8 +99,9 @@ class RLCSDAdvantage(Component):
 declare(Comparison(
     method="rlcsd", baseline="grpo", metric="final_accuracy", direction="higher",
     known_result=(
-        "micro lane, seeds 0-1 (c3bbb6b runs; two paired seeds fitted the session): final mean@4 0.496 vs GRPO 0.510, "
-        "diff -0.014 [-0.042, +0.016]: not reproduced (seed 0 equal at 0.495, seed 1 0.497 vs 0.525 after leading "
-        "at steps 10-50). Token signal mean |s_t| 0.44 nats, so lam 0.1 adds ~0.04 per token; step cost 1.3-1.7x"),
+        "micro lane, seeds 0-2 (2026-12-06, 3b73ec1 keys, one core per run): final mean@4 0.462 vs GRPO 0.454, "
+        "diff +0.008 [-0.033, +0.055]: inconclusive (seed 0 0.460 vs 0.463, seed 1 0.495 vs 0.439, seed 2 0.431 vs "
+        "0.460). Token signal mean |s_t| 0.64-0.66 nats, 10.6-10.9% of tokens at the clip; step cost 1.5-1.7x. "
+        "The two c3bbb6b seeds had given 0.496 vs 0.510, -0.014 [-0.042, +0.016]"),
     claim="RLCSD (contrastive on-policy self-distillation: correct-hint vs wrong-hint token gap beside GRPO's "
           "advantage) consistently outperforms GRPO and prior OPSD methods (Qwen3 1.7B-8B, Olmo-3-7B-Think)"))
