@@ -236,3 +236,42 @@ def test_bad_input_is_refused(tiny):
     for bad in (0.0, -1.0, float("inf"), float("nan")):
         with pytest.raises(ValueError, match="temperature"):
             response_logprobs(tiny, [[1]], [[1]], temperature=bad)
+
+
+def test_shared_prompts_run_once_and_change_nothing_but_the_work(tiny):
+    """Rows with one prompt (GRPO groups; here of 4, 3 and 1 rows, with an empty and a one-token response) run that
+    prompt through the backbone once: the same log-probs, entropies and gradients, for fewer fed positions."""
+    rng = random.Random(11)
+    vocab = tiny.config.vocab_size
+    prompts, responses = [], []
+    for size in (4, 3, 1):
+        prompt = [rng.randrange(vocab) for _ in range(rng.randint(5, 9))]
+        for _ in range(size):
+            prompts.append(prompt)
+            responses.append([rng.randrange(vocab) for _ in range(rng.randint(2, 12))])
+    responses[1], responses[5] = [], [rng.randrange(vocab)]
+    params = list(tiny.parameters())
+    weights = torch.randn(len(prompts), max(len(r) for r in responses), generator=torch.Generator().manual_seed(6))
+    fed, results = [], []
+    handle = tiny.get_input_embeddings().register_forward_hook(lambda _m, args, _o: fed.append(args[0].numel()))
+    try:
+        for share in (True, False):
+            fed.clear()
+            lp, ent = response_logprobs(tiny, prompts, responses, temperature=0.7, share_prompts=share)
+            results.append((lp, ent, grads_of((lp * weights).sum(), params), sum(fed)))
+    finally:
+        handle.remove()
+    (lp_s, ent_s, g_s, fed_s), (lp_w, ent_w, g_w, fed_w) = results
+    torch.testing.assert_close(lp_s, lp_w, atol=1e-5, rtol=0)
+    torch.testing.assert_close(ent_s, ent_w, atol=1e-5, rtol=0)
+    for x, y in zip(g_s, g_w):
+        torch.testing.assert_close(x, y, atol=1e-5, rtol=1e-5)
+    ref_lp, _ = naive_response_logprobs(tiny, prompts, responses, temperature=0.7)
+    torch.testing.assert_close(lp_s, ref_lp, atol=1e-5, rtol=1e-5)
+    assert float(lp_s[1].detach().abs().sum()) == 0.0
+    # shared: each group's prompt once plus its responses less their last token (the lone row runs whole)
+    groups = [range(0, 4), range(4, 7)]
+    want = sum(len(prompts[g[0]]) + sum(max(0, len(responses[i]) - 1) for i in g if responses[i]) for g in groups)
+    want += len(prompts[7]) + len(responses[7])
+    assert want <= fed_s <= want / 0.75  # right padding in response buckets: at most bucket_slack (0.25) of a row
+    assert fed_s < fed_w

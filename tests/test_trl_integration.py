@@ -69,16 +69,26 @@ def test_grpo_vs_trl_benchmark_times_both_sides_on_the_same_workload(tmp_path):
     from benchmarks.grpo_vs_trl import main
 
     out = tmp_path / "gvt.json"
-    result = main(["--model", "tiny", "--steps", "2", "--n", "4", "--max-new-tokens", "6", "--threads", "1",
-                   "--out", str(out)])
+    result = main(["--model", "tiny", "--steps", "2", "--rounds", "2", "--n", "4", "--max-new-tokens", "6",
+                   "--threads", "1", "--out", str(out)])
     assert json.loads(out.read_text())["speedup"] == pytest.approx(result["speedup"])
     for side in ("ours", "trl"):
-        assert len(result[side]["step_s"]) == len(result[side]["response_tokens"]) == 2
-        assert all(s > 0 for s in result[side]["step_s"])
+        blocks = result[side]["blocks"]
+        assert len(blocks) == 2  # alternating blocks: ours, TRL, ours, TRL
+        for block in blocks:
+            assert len(block["step_s"]) == len(block["response_tokens"]) == 2
+            assert all(s > 0 for s in block["step_s"])
+        # the median leaves out each block's first (warm-up) step
+        assert result[side]["median_step_s"] == pytest.approx(
+            sorted(b["step_s"][1] for b in blocks)[0] / 2 + sorted(b["step_s"][1] for b in blocks)[1] / 2)
         assert 0 < result[side]["mean_response_tokens"] <= 4 * 4 * 6  # 4 prompts x 4 rollouts x at most 6 tokens
-    assert result["ours"]["rollouts"] == [4 * 4, 4 * 4]  # --n reached our allocator through the recipe override
+    for block in result["ours"]["blocks"]:
+        assert block["rollouts"] == [4 * 4, 4 * 4]  # --n reached our allocator through the recipe override
+        assert all(0 < g < s for g, s in zip(block["generation_s"], block["step_s"]))
     assert result["speedup"] == pytest.approx(result["trl"]["median_step_s"] / result["ours"]["median_step_s"])
     with pytest.raises(SystemExit):
         main(["--model", "tiny", "--steps", "1"])
+    with pytest.raises(SystemExit):
+        main(["--model", "tiny", "--rounds", "0"])
     with pytest.raises(SystemExit):
         main(["--model", "tiny", "--n", "1"])

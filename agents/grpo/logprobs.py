@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import Any
 
 import torch
 
@@ -202,21 +203,23 @@ def _check_prompts(prompt_ids: Sequence[Sequence[int]]) -> None:
 def response_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
                       response_ids: Sequence[Sequence[int]], *, chunk: int = 64, pad_id: int = 0,
                       autocast_bf16: bool = False, bucket_slack: float | None = 0.25,
-                      store_probs: bool | None = None, temperature: float = 1.0) -> tuple[torch.Tensor, torch.Tensor]:
+                      store_probs: bool | None = None, temperature: float = 1.0, share_prompts: bool = True,
+                      frozen_prefix: Any = None) -> tuple[torch.Tensor, torch.Tensor]:
     """``(logprobs, entropies)``, each ``(B, W)`` fp32 (W = longest response), zero past each response's end, of the
     sampling distribution ``softmax(logits / temperature)``. Gradients flow into ``logprobs`` when grad is enabled;
     entropies are detached (for logging and reward shaping).
 
     ``chunk``: the head handles ``chunk * B`` response tokens at a time (the memory of ``chunk`` positions of every
     row). ``bucket_slack``: see ``length_buckets`` (None: one batch padded to the longest row). ``store_probs``: see
-    ``linear_token_logprobs``."""
+    ``linear_token_logprobs``. ``share_prompts``, ``frozen_prefix``: see ``response_features``."""
     temperature = check_temperature(temperature)
     n_rows, width = len(prompt_ids), max(1, max((len(r) for r in response_ids), default=1))
     head = _separable_head(model)
     device = next(model.parameters()).device.type
     with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast_bf16):
         hidden, rows, cols, target = response_features(model, prompt_ids, response_ids, pad_id=pad_id,
-                                                       bucket_slack=bucket_slack, head=head)
+                                                       bucket_slack=bucket_slack, head=head,
+                                                       share_prompts=share_prompts, frozen_prefix=frozen_prefix)
         if head is not None:
             lp, ent = linear_token_logprobs(hidden, head.weight, head.bias, target, chunk=chunk * n_rows,
                                             store_probs=store_probs, temperature=temperature)
@@ -231,12 +234,22 @@ def response_logprobs(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]
 
 def response_features(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]],
                       response_ids: Sequence[Sequence[int]], *, pad_id: int = 0, bucket_slack: float | None = 0.25,
-                      head: torch.nn.Linear | None | str = "auto"
-                      ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                      head: torch.nn.Linear | None | str = "auto", share_prompts: bool = True,
+                      frozen_prefix: Any = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(features, rows, cols, targets)``: for every response token, flattened, the backbone's hidden state that
     predicts it (the model's logits when ``head`` is None: no separable lm_head), its ``(row, column)`` in a
     ``(B, W)`` output and its id. The backbone runs in length buckets (``length_buckets``); the caller's autocast
-    state applies. ``head="auto"``: ``_separable_head(model)``."""
+    state applies. ``head="auto"``: ``_separable_head(model)``.
+
+    ``share_prompts``: rows with the same prompt (a GRPO group) run that prompt through the backbone once; its KV
+    cache (with its autograd graph) is expanded to the rows, which then run only their responses. Same values and
+    gradients as running every row whole (up to fp32 rounding; the gradients of the shared prompt positions sum
+    over the rows through the expand), for a fraction of the tokens: a group of ``n`` with prompt length ``p``
+    runs ``p + sum(len(r))`` positions instead of ``n * p + sum(len(r))``.
+
+    ``frozen_prefix``: an ``agents.policy.frozen_prefix.FrozenPrefixCache`` of ``model``. A row whose tokens it holds
+    (the engine decoded exactly them) runs only the layers from the first trained one, on the kept states; other
+    rows run as above. Needs a separable head (else ignored)."""
     if len(prompt_ids) != len(response_ids) or not prompt_ids:
         raise ValueError(f"need as many prompts as responses (>= 1), got {len(prompt_ids)} and {len(response_ids)}")
     _check_prompts(prompt_ids)
@@ -245,13 +258,122 @@ def response_features(model: torch.nn.Module, prompt_ids: Sequence[Sequence[int]
     lengths = [len(p) + len(r) for p, r in zip(prompt_ids, response_ids)]
     # rows without response tokens need no forward, unless every row is empty (then one keeps the graph connected)
     live = [i for i, r in enumerate(response_ids) if len(r)] or [0]
-    buckets = [[live[j] for j in b] for b in length_buckets([lengths[i] for i in live], bucket_slack)]
     feats, rows, cols, targets = [], [], [], []
+    if frozen_prefix is not None and head is not None and frozen_prefix.model is model:
+        kept = {}
+        for i in live:
+            if len(response_ids[i]):
+                states = frozen_prefix.get(list(prompt_ids[i]) + list(response_ids[i][:-1]))
+                if states is not None:
+                    kept[i] = states
+        if kept:
+            for acc, x in zip((feats, rows, cols, targets), _frozen_tail_features(
+                    model, frozen_prefix.layer, prompt_ids, response_ids, kept, bucket_slack)):
+                acc.append(x)
+            live = [i for i in live if i not in kept]
+    if share_prompts:
+        groups: dict[tuple[int, ...], list[int]] = {}
+        for i in live:
+            groups.setdefault(tuple(prompt_ids[i]), []).append(i)
+        alone = []
+        for prompt, group in groups.items():
+            part = _shared_prompt_features(model, head is not None, prompt, response_ids, group, pad_id,
+                                           bucket_slack) if len(group) > 1 else None
+            if part is None:  # one row, or a cache that cannot be expanded: the row runs whole
+                alone += group
+                continue
+            for acc, x in zip((feats, rows, cols, targets), part):
+                acc.append(x)
+        live = sorted(alone)
+    buckets = [[live[j] for j in b] for b in length_buckets([lengths[i] for i in live], bucket_slack)]
     for bucket in buckets:
         for acc, x in zip((feats, rows, cols, targets),
                           _bucket_features(model, head is not None, prompt_ids, response_ids, bucket, pad_id)):
             acc.append(x)
     return torch.cat(feats), torch.cat(rows), torch.cat(cols), torch.cat(targets)
+
+
+def _frozen_tail_features(model: torch.nn.Module, layer: int, prompt_ids: Sequence[Sequence[int]],
+                          response_ids: Sequence[Sequence[int]], kept: dict[int, torch.Tensor],
+                          bucket_slack: float | None
+                          ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``_bucket_features``' outputs for the rows in ``kept`` (row -> the states entering ``layer`` at every fed
+    position): only ``layers[layer:]`` run, in length buckets, right-padded."""
+    from agents.policy.frozen_prefix import tail_forward
+
+    order = list(kept)
+    feats, rows, cols, targets = [], [], [], []
+    for bucket in length_buckets([kept[i].shape[0] for i in order], bucket_slack):
+        members = [order[j] for j in bucket]
+        width = max(kept[i].shape[0] for i in members)
+        first = kept[members[0]]
+        states = first.new_zeros(len(members), width, first.shape[1])
+        local, pos = [], []
+        for j, i in enumerate(members):
+            states[j, : kept[i].shape[0]] = kept[i]
+            p, k = len(prompt_ids[i]), len(response_ids[i])
+            local += [j] * k
+            pos += range(p - 1, p - 1 + k)
+            rows += [i] * k
+            cols += range(k)
+            targets += response_ids[i]
+        hidden = tail_forward(model, layer, states)
+        feats.append(hidden[torch.tensor(local, dtype=torch.long), torch.tensor(pos, dtype=torch.long)])
+    as_long = [torch.tensor(x, dtype=torch.long) for x in (rows, cols, targets)]
+    return torch.cat(feats), *as_long
+
+
+def _shared_prompt_features(model: torch.nn.Module, separable: bool, prompt: Sequence[int],
+                            response_ids: Sequence[Sequence[int]], group: list[int], pad_id: int,
+                            bucket_slack: float | None
+                            ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """``_bucket_features``' outputs for the rows ``group`` that share ``prompt``: the prompt runs once, then each
+    length bucket of their responses runs on a copy of its KV cache. None when the model's cache has layers other
+    than plain full-attention ones (a sliding window would have to be cut per row); the caller then runs the rows
+    whole."""
+    from transformers.cache_utils import DynamicCache, DynamicLayer
+
+    from agents.policy.engine import cache_kwarg
+
+    run = model.base_model if separable else model
+    out = run(input_ids=torch.tensor([list(prompt)], dtype=torch.long), use_cache=True)
+    cache = getattr(out, "cache", None)  # transformers 5 renamed past_key_values to cache
+    cache = cache if cache is not None else getattr(out, "past_key_values", None)
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+        return None
+    states = out.last_hidden_state if separable else out.logits
+    p = len(prompt)
+    kv = [(layer.keys, layer.values) for layer in layers]
+    # Response token 0 is predicted by the prompt's last position; token k >= 1 by response position k - 1, so each
+    # row feeds its response less its last token. Right padding comes after every real position: the causal mask
+    # keeps it out of them, so no padding mask is needed.
+    feats = [states[0, -1:].expand(len(group), -1)]
+    rows, cols = list(group), [0] * len(group)
+    targets = [response_ids[i][0] for i in group]
+    more = [i for i in group if len(response_ids[i]) > 1]
+    for bucket in length_buckets([len(response_ids[i]) - 1 for i in more], bucket_slack):
+        members = [more[j] for j in bucket]
+        width = max(len(response_ids[i]) - 1 for i in members)
+        ids = torch.tensor([list(response_ids[i][:-1]) + [pad_id] * (width - len(response_ids[i]) + 1)
+                            for i in members], dtype=torch.long)
+        # expand() is a view: the cache's first update concatenates it into its own rows; gradients of the shared
+        # prompt positions sum over the rows on the way back
+        copy = DynamicCache([(k.expand(len(members), -1, -1, -1), v.expand(len(members), -1, -1, -1)) for k, v in kv])
+        positions = torch.arange(p, p + width).expand(len(members), -1)
+        o = run(input_ids=ids, position_ids=positions, use_cache=True, **{cache_kwarg(run): copy})
+        hidden = o.last_hidden_state if separable else o.logits
+        local, pos = [], []
+        for j, i in enumerate(members):
+            k = len(response_ids[i]) - 1
+            local += [j] * k
+            pos += range(k)
+            rows += [i] * k
+            cols += range(1, k + 1)
+            targets += list(response_ids[i][1:])
+        feats.append(hidden[torch.tensor(local, dtype=torch.long), torch.tensor(pos, dtype=torch.long)])
+    as_long = [torch.tensor(x, dtype=torch.long) for x in (rows, cols, targets)]
+    return torch.cat(feats), *as_long
 
 
 def _separable_head(model: torch.nn.Module) -> torch.nn.Linear | None:

@@ -10,6 +10,7 @@ uninterrupted one.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import resource
@@ -40,6 +41,7 @@ from agents.grpo.multiturn import (
 )
 from agents.grpo.registry import STAGES, Component, build, get
 from agents.policy.fastpath import resolve_precision
+from agents.policy.frozen_prefix import FrozenPrefixCache, frozen_layer_count
 from rlvr_envs.core import step_single_turn
 from rlvr_envs.harness.evaluate import EnvPool
 
@@ -161,6 +163,13 @@ class Trainer:
         # fused: one kernel over all parameters instead of ~10 elementwise passes each (CPU and CUDA, fp32 or bf16)
         self.optimizer = torch.optim.AdamW(params, lr=cfg.lr, weight_decay=cfg.weight_decay, betas=tuple(cfg.betas),
                                            fused=params[0].device.type in ("cpu", "cuda"))
+        # Frozen-prefix reuse (agents/policy/frozen_prefix.py): with the first layers frozen, the hf engine keeps the
+        # states entering the first trained layer while it decodes, and the loss forward starts there. Not under
+        # bf16 autocast, whose training forward would compute those states in another precision than decoding did.
+        self.frozen_prefix = None
+        frozen = frozen_layer_count(self.model)
+        if frozen and not self.autocast_bf16 and hasattr(engine, "frozen_prefix"):
+            self.frozen_prefix = engine.frozen_prefix = FrozenPrefixCache(self.model, frozen)
         self.components = {stage: _build_component(stage, cfg) for stage in STAGES}
         if self.multiturn and getattr(self.components["generation_controller"], "generate", None) is not None:
             raise ValueError(f"generation controller {cfg.stages.get('generation_controller')!r} runs the generation "
@@ -340,7 +349,7 @@ class Trainer:
     def _logprobs(self, model: torch.nn.Module, batch: GroupBatch, rows: list[int]) -> tuple[torch.Tensor, ...]:
         return response_logprobs(model, [batch.prompt_ids[i] for i in rows], [batch.response_ids[i] for i in rows],
                                  chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16,
-                                 temperature=batch.temperature)
+                                 temperature=batch.temperature, frozen_prefix=self.frozen_prefix)
 
     def _no_grad_pass(self, model: torch.nn.Module, prompt_ids: list[list[int]], response_ids: list[list[int]],
                       width: int, temperature: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -354,7 +363,7 @@ class Trainer:
                 part = slice(start, start + self.cfg.micro_batch)
                 lp, ent = response_logprobs(model, prompt_ids[part], response_ids[part], chunk=self.cfg.logprob_chunk,
                                             pad_id=self.pad_id, autocast_bf16=self.autocast_bf16,
-                                            temperature=temperature)
+                                            temperature=temperature, frozen_prefix=self.frozen_prefix)
                 lp_out[part, : lp.shape[1]] = lp.float()
                 ent_out[part, : ent.shape[1]] = ent.float()
         return lp_out, ent_out
@@ -596,7 +605,12 @@ class Trainer:
                 record.update({f"{stage}.{k}": v for k, v in self.components[stage].metrics().items()})
                 return record
         t0 = time.perf_counter()
-        batch, gen = self.collect()
+        capture = contextlib.nullcontext()
+        if self.frozen_prefix is not None:  # only this step's rollouts are looked up
+            self.frozen_prefix.clear()
+            capture = self.frozen_prefix.capturing()
+        with capture:
+            batch, gen = self.collect()
         t_gen = time.perf_counter() - t0
         record: dict[str, Any] = {"kind": "train", "step": self.step, **gen, "rollouts_total": self.rollouts_total,
                                   "tokens_total": self.tokens_total}
@@ -610,6 +624,10 @@ class Trainer:
         batch.advantages = comp["advantage"](batch)
         batch = comp["replay_buffer"](batch)
         upd = self.update(batch)
+        if self.frozen_prefix is not None:
+            upd["frozen_prefix_hits"] = self.frozen_prefix.hits
+            self.frozen_prefix.clear()  # its states took the step's memory; the next step captures its own
+            self.frozen_prefix.hits = self.frozen_prefix.misses = 0
         comp["aggregator"].after_update(self.model, batch)
         # After the update's last optimizer step (and any merge): the next rollouts and eval see the new weights.
         self.engine.sync_weights(self.model)

@@ -319,6 +319,7 @@ class _Row:
     logprobs: list[float] = field(default_factory=list)
     entropies: list[float] = field(default_factory=list)
     finish: str | None = None
+    hidden: list[torch.Tensor] = field(default_factory=list)  # frozen-prefix states, when the engine captures them
 
 
 class HFEngine(RolloutEngine):
@@ -363,6 +364,10 @@ class HFEngine(RolloutEngine):
         # sparse policy, and their log-probs are the sparse ones (opt-in).
         self.sparse_decode = sparse_decode
         self.sparse_decode_stats: Any = None  # agents.policy.sparse.SparseStats, cumulative over calls
+        # frozen_prefix: an agents.policy.frozen_prefix.FrozenPrefixCache the trainer sets; while it is capturing,
+        # each rollout's hidden states entering its first trained layer are kept for the loss forward.
+        self.frozen_prefix: Any = None
+        self._captured: list[torch.Tensor] | None = None  # the capture hook's output during one generate call
         self.policy = policy
         self.model = policy.model
         # Decoding precision: bf16 weights only where the hardware multiplies bf16 (fastpath.resolve_precision);
@@ -448,16 +453,38 @@ class HFEngine(RolloutEngine):
         was_training = model.training
         model.eval()
         packed = self.packs.applied(model) if self.packs is not None else contextlib.nullcontext()
+        capture = self._capture_for(model)
+        hook = capture.hook(model) if capture is not None else contextlib.nullcontext()
         try:
-            with torch.inference_mode(), packed:
+            with torch.inference_mode(), packed, hook as seen:
+                self._captured = seen
                 if self.continuous:
                     self._decode(model, prompt_ids, rows, sampling)
                 else:
                     for start in range(0, len(rows), self.max_batch_size):
                         self._decode(model, prompt_ids, rows[start:start + self.max_batch_size], sampling)
         finally:
+            self._captured = None
             model.train(was_training)
-        return [self._finish(prompt_ids[r.prompt], r, sampling) for r in rows]
+        return [self._finish(prompt_ids[r.prompt], r, sampling, capture) for r in rows]
+
+    def _capture_for(self, model: Any) -> Any:
+        """The frozen-prefix cache to fill in this call, or None: only while it is capturing, and only when decoding
+        computes the states a training forward would (the policy's own weights, dense attention over the full KV)."""
+        cache = self.frozen_prefix
+        if cache is None or not cache.active or cache.full or cache.model is not self.model or model is not self.model:
+            return None
+        if self.speculative is not None or self.sparse_decode is not None or self.kv_compression is not None:
+            return None
+        return cache
+
+    def _take_captured(self) -> torch.Tensor | None:
+        """The states the capture hook saw in the forward that just ran (None when not capturing)."""
+        if self._captured is None:
+            return None
+        states = self._captured[-1]
+        self._captured.clear()
+        return states
 
     def _prefill(self, model: Any, prompt_ids: list[list[int]], rows: list[_Row], max_new_tokens: int
                  ) -> tuple[Any, torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -492,6 +519,10 @@ class HFEngine(RolloutEngine):
             stats.kept_positions += mask.shape[1] * len(rows)
             stats.dense_kv_bytes += dense_bytes // len(units) * len(rows)
             stats.kept_kv_bytes += kv_cache_bytes(cache) // len(units) * len(rows)
+        states = self._take_captured()
+        if states is not None:  # each row starts from its prompt's states (padding cut; a view, shared by a group)
+            for r in rows:
+                r.hidden = [states[unit_of[r.prompt], width - len(prompt_ids[r.prompt]):]]
         expand = torch.tensor([unit_of[r.prompt] for r in rows], device=device)
         if len(units) != len(rows) or not torch.equal(expand.cpu(), torch.arange(len(rows))):
             cache.batch_select_indices(expand)  # one prefill per distinct prompt, copied to its rows
@@ -556,6 +587,10 @@ class HFEngine(RolloutEngine):
                                 attention_mask=None if unpadded else mask[:, None, None, :].bool(),
                                 position_ids=last_pos.unsqueeze(-1), use_cache=True, **{self.cache_kw: cache})
                 logits = out.logits[:, -1, :]
+                states = self._take_captured()
+                if states is not None:  # rows that finished but still ride along get extra states; _finish cuts them
+                    for b, i in enumerate(live):
+                        rows[i].hidden.append(states[b])
             if refill:
                 new, queue = queue[:free], queue[free:]
                 c2, l2, m2, p2 = self._prefill(model, prompt_ids, [rows[i] for i in new], sampling.max_new_tokens)
@@ -576,7 +611,7 @@ class HFEngine(RolloutEngine):
         self.sparse_decode_stats = self.sparse_decode_stats or SparseStats()
         return sparse_attention(model, self.sparse_decode, self.sparse_decode_stats)
 
-    def _finish(self, prompt: list[int], row: _Row, sampling: SamplingParams) -> Rollout:
+    def _finish(self, prompt: list[int], row: _Row, sampling: SamplingParams, capture: Any = None) -> Rollout:
         ids, lps, ents, reason = row.ids, row.logprobs, row.entropies, row.finish or "length"
         cut = cut_at_stop(self.tokenizer, ids, sampling.stop) if sampling.stop else None
         if cut is not None:
@@ -584,6 +619,13 @@ class HFEngine(RolloutEngine):
             ids, lps, ents, reason = ids[:k], lps[:k], ents[:k], "stop"
         else:
             text = self.tokenizer.decode(ids, skip_special_tokens=True)
+        if capture is not None and row.hidden:
+            # the sequence the training forward feeds: the prompt and every response token but the last
+            fed = len(prompt) + len(ids) - 1
+            states = torch.cat(row.hidden)[:fed]  # outside inference mode: a tensor autograd may use
+            if states.shape[0] == fed:
+                capture.put(list(prompt) + list(ids[:-1]), states)
+        row.hidden = []
         return Rollout(list(prompt), list(ids), text, list(lps), list(ents), reason, seed=row.seed)
 
 
