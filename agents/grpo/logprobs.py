@@ -308,19 +308,30 @@ def _frozen_tail_features(model: torch.nn.Module, layer: int, prompt_ids: Sequen
         width = max(kept[i].shape[0] for i in members)
         first = kept[members[0]]
         states = first.new_zeros(len(members), width, first.shape[1])
-        local, pos = [], []
         for j, i in enumerate(members):
             states[j, : kept[i].shape[0]] = kept[i]
-            p, k = len(prompt_ids[i]), len(response_ids[i])
-            local += [j] * k
-            pos += range(p - 1, p - 1 + k)
-            rows += [i] * k
-            cols += range(k)
-            targets += response_ids[i]
-        hidden = tail_forward(model, layer, states)
-        feats.append(hidden[torch.tensor(local, dtype=torch.long), torch.tensor(pos, dtype=torch.long)])
-    as_long = [torch.tensor(x, dtype=torch.long) for x in (rows, cols, targets)]
-    return torch.cat(feats), *as_long
+        local, pos, r, c, t = _token_places(prompt_ids, response_ids, members)
+        feats.append(tail_forward(model, layer, states)[local, pos])
+        rows.append(r)
+        cols.append(c)
+        targets.append(t)
+    return torch.cat(feats), torch.cat(rows), torch.cat(cols), torch.cat(targets)
+
+
+def _token_places(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]], bucket: list[int]
+                  ) -> list[torch.Tensor]:
+    """For every response token of ``bucket``'s rows (whole rows, fed from position 0): ``(local, pos, rows, cols,
+    targets)``: its row in the bucket, the position that predicts it, its ``(row, column)`` in a ``(B, W)`` output
+    and its id."""
+    local, pos, rows, cols, targets = [], [], [], [], []
+    for j, i in enumerate(bucket):
+        p, k = len(prompt_ids[i]), len(response_ids[i])
+        local += [j] * k
+        pos += range(p - 1, p - 1 + k)
+        rows += [i] * k
+        cols += range(k)
+        targets += response_ids[i]
+    return [torch.tensor(x, dtype=torch.long) for x in (local, pos, rows, cols, targets)]
 
 
 def _shared_prompt_features(model: torch.nn.Module, separable: bool, prompt: Sequence[int],
@@ -401,17 +412,9 @@ def _bucket_features(model: torch.nn.Module, separable: bool, prompt_ids: Sequen
     # an unpadded bucket takes the plain causal attention path.
     padded = any(len(s) < longest for s in seqs)
     mask = torch.tensor([[1] * len(s) + [0] * (longest - len(s)) for s in seqs]) if padded else None
-    local, pos, rows, cols, targets = [], [], [], [], []
-    for j, i in enumerate(bucket):
-        p, k = len(prompt_ids[i]), len(response_ids[i])
-        local += [j] * k
-        pos += range(p - 1, p - 1 + k)
-        rows += [i] * k
-        cols += range(k)
-        targets += response_ids[i]
     if separable:
         out = model.base_model(input_ids=input_ids, attention_mask=mask).last_hidden_state
     else:
         out = model(input_ids=input_ids, attention_mask=mask).logits
-    as_long = [torch.tensor(x, dtype=torch.long) for x in (local, pos, rows, cols, targets)]
-    return out[as_long[0], as_long[1]], as_long[2], as_long[3], as_long[4]
+    local, pos, rows, cols, targets = _token_places(prompt_ids, response_ids, bucket)
+    return out[local, pos], rows, cols, targets
