@@ -65,10 +65,10 @@ class DistILLoss(OPSDLoss):
 declare(Comparison(
     method="distil", baseline="grpo", metric="final_accuracy", direction="higher",
     known_result=(
-        "micro lane, seeds 0-1 (2026-12-06, one core per run; a collapsing run costs 34-37 min here): final mean@4 "
-        "0.000 vs GRPO 0.451, diff -0.451 [-0.492, -0.409]: not reproduced. Collapse as OPSD's on both seeds: "
-        "held-out 0.000 from step 10, reward 0 from step 10 / 11, responses 35-42 -> 8-9 -> 158-172 tokens at steps "
-        "1 / 11 / 21; the feedback-conditioned expert scored the student's tokens ~2.0 nats lower over steps 1-10. "
-        "The seed-0 c3bbb6b run gave 0.000 vs 0.495"),
+        "micro lane, seeds 0-2 (2026-12-06, one core per run; a collapsing run costs 31-37 min here): final mean@4 "
+        "0.000 vs GRPO 0.454, diff -0.454 [-0.487, -0.420]: not reproduced. Collapse as OPSD's on every seed: "
+        "held-out 0.000 from step 10, reward 0 from step 10 / 11 / 10, responses 35-42 -> 8-9 -> 140-172 tokens at "
+        "steps 1 / 11 / 21; the feedback-conditioned expert scored the student's tokens ~2.0 nats lower over steps "
+        "1-10. The seed-0 c3bbb6b run gave 0.000 vs 0.495"),
     claim="DistIL (forward cross-entropy to a feedback-conditioned stop-gradient expert on student-visited states) "
           "improves over RLVR and RL-with-self-distillation baselines (scientific reasoning, coding, hard math)"))
