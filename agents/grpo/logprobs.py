@@ -310,7 +310,7 @@ def _frozen_tail_features(model: torch.nn.Module, layer: int, prompt_ids: Sequen
         states = first.new_zeros(len(members), width, first.shape[1])
         for j, i in enumerate(members):
             states[j, : kept[i].shape[0]] = kept[i]
-        local, pos, r, c, t = _token_places(prompt_ids, response_ids, members)
+        local, pos, r, c, t = _token_places([len(prompt_ids[i]) - 1 for i in members], response_ids, members)
         feats.append(tail_forward(model, layer, states)[local, pos])
         rows.append(r)
         cols.append(c)
@@ -318,19 +318,20 @@ def _frozen_tail_features(model: torch.nn.Module, layer: int, prompt_ids: Sequen
     return torch.cat(feats), torch.cat(rows), torch.cat(cols), torch.cat(targets)
 
 
-def _token_places(prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]], bucket: list[int]
-                  ) -> list[torch.Tensor]:
-    """For every response token of ``bucket``'s rows (whole rows, fed from position 0): ``(local, pos, rows, cols,
-    targets)``: its row in the bucket, the position that predicts it, its ``(row, column)`` in a ``(B, W)`` output
-    and its id."""
+def _token_places(first_pos: Sequence[int], response_ids: Sequence[Sequence[int]], bucket: list[int],
+                  skip: int = 0) -> list[torch.Tensor]:
+    """For every response token of ``bucket``'s rows from column ``skip`` on: ``(local, pos, rows, cols, targets)``:
+    its row in the bucket, the position of the forward that predicts it (``first_pos[j]`` for row ``j``'s column
+    ``skip``), its ``(row, column)`` in a ``(B, W)`` output and its id. Whole rows: ``first_pos`` is each prompt's
+    length - 1 and ``skip`` 0."""
     local, pos, rows, cols, targets = [], [], [], [], []
     for j, i in enumerate(bucket):
-        p, k = len(prompt_ids[i]), len(response_ids[i])
+        k = len(response_ids[i]) - skip
         local += [j] * k
-        pos += range(p - 1, p - 1 + k)
+        pos += range(first_pos[j], first_pos[j] + k)
         rows += [i] * k
-        cols += range(k)
-        targets += response_ids[i]
+        cols += range(skip, skip + k)
+        targets += response_ids[i][skip:]
     return [torch.tensor(x, dtype=torch.long) for x in (local, pos, rows, cols, targets)]
 
 
@@ -339,29 +340,31 @@ def _shared_prompt_features(model: torch.nn.Module, separable: bool, prompt: Seq
                             bucket_slack: float | None
                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor] | None:
     """``_bucket_features``' outputs for the rows ``group`` that share ``prompt``: the prompt runs once, then each
-    length bucket of their responses runs on a copy of its KV cache. None when the model's cache has layers other
-    than plain full-attention ones (a sliding window would have to be cut per row); the caller then runs the rows
-    whole."""
+    length bucket of their responses runs on a copy of its KV cache. None, before any forward, when the model's
+    cache would have layers other than plain full-attention ones (a sliding window would have to be cut per row) or
+    the model has no config to tell; the caller then runs the rows whole."""
     from transformers.cache_utils import DynamicCache, DynamicLayer
 
     from agents.policy.engine import cache_kwarg
 
     run = model.base_model if separable else model
-    out = run(input_ids=torch.tensor([list(prompt)], dtype=torch.long), use_cache=True)
-    cache = getattr(out, "cache", None)  # transformers 5 renamed past_key_values to cache
-    cache = cache if cache is not None else getattr(out, "past_key_values", None)
-    layers = getattr(cache, "layers", None)
-    if not layers or any(type(layer) is not DynamicLayer for layer in layers):
+    config = getattr(run, "config", None)
+    if config is None:
         return None
+    cache = DynamicCache(config=config)  # the layer kinds the model's own forward would make
+    if not cache.layers or any(type(layer) is not DynamicLayer for layer in cache.layers):
+        return None
+    cache_kw = cache_kwarg(run)
+    out = run(input_ids=torch.tensor([list(prompt)], dtype=torch.long), use_cache=True, **{cache_kw: cache})
     states = out.last_hidden_state if separable else out.logits
-    p = len(prompt)
-    kv = [(layer.keys, layer.values) for layer in layers]
+    kv = [(layer.keys, layer.values) for layer in cache.layers]
     # Response token 0 is predicted by the prompt's last position; token k >= 1 by response position k - 1, so each
     # row feeds its response less its last token. Right padding comes after every real position: the causal mask
     # keeps it out of them, so no padding mask is needed.
     feats = [states[0, -1:].expand(len(group), -1)]
-    rows, cols = list(group), [0] * len(group)
-    targets = [response_ids[i][0] for i in group]
+    rows = [torch.tensor(group, dtype=torch.long)]
+    cols = [torch.zeros(len(group), dtype=torch.long)]
+    targets = [torch.tensor([response_ids[i][0] for i in group], dtype=torch.long)]
     more = [i for i in group if len(response_ids[i]) > 1]
     for bucket in length_buckets([len(response_ids[i]) - 1 for i in more], bucket_slack):
         members = [more[j] for j in bucket]
@@ -371,20 +374,15 @@ def _shared_prompt_features(model: torch.nn.Module, separable: bool, prompt: Seq
         # expand() is a view: the cache's first update concatenates it into its own rows; gradients of the shared
         # prompt positions sum over the rows on the way back
         copy = DynamicCache([(k.expand(len(members), -1, -1, -1), v.expand(len(members), -1, -1, -1)) for k, v in kv])
-        positions = torch.arange(p, p + width).expand(len(members), -1)
-        o = run(input_ids=ids, position_ids=positions, use_cache=True, **{cache_kwarg(run): copy})
+        positions = torch.arange(len(prompt), len(prompt) + width).expand(len(members), -1)
+        o = run(input_ids=ids, position_ids=positions, use_cache=True, **{cache_kw: copy})
         hidden = o.last_hidden_state if separable else o.logits
-        local, pos = [], []
-        for j, i in enumerate(members):
-            k = len(response_ids[i]) - 1
-            local += [j] * k
-            pos += range(k)
-            rows += [i] * k
-            cols += range(1, k + 1)
-            targets += list(response_ids[i][1:])
-        feats.append(hidden[torch.tensor(local, dtype=torch.long), torch.tensor(pos, dtype=torch.long)])
-    as_long = [torch.tensor(x, dtype=torch.long) for x in (rows, cols, targets)]
-    return torch.cat(feats), *as_long
+        local, pos, r, c, t = _token_places([0] * len(members), response_ids, members, skip=1)
+        feats.append(hidden[local, pos])
+        rows.append(r)
+        cols.append(c)
+        targets.append(t)
+    return torch.cat(feats), torch.cat(rows), torch.cat(cols), torch.cat(targets)
 
 
 def _separable_head(model: torch.nn.Module) -> torch.nn.Linear | None:
@@ -416,5 +414,5 @@ def _bucket_features(model: torch.nn.Module, separable: bool, prompt_ids: Sequen
         out = model.base_model(input_ids=input_ids, attention_mask=mask).last_hidden_state
     else:
         out = model(input_ids=input_ids, attention_mask=mask).logits
-    local, pos, rows, cols, targets = _token_places(prompt_ids, response_ids, bucket)
+    local, pos, rows, cols, targets = _token_places([len(prompt_ids[i]) - 1 for i in bucket], response_ids, bucket)
     return out[local, pos], rows, cols, targets

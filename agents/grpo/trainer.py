@@ -627,7 +627,6 @@ class Trainer:
         if self.frozen_prefix is not None:
             upd["frozen_prefix_hits"] = self.frozen_prefix.hits
             self.frozen_prefix.clear()  # its states took the step's memory; the next step captures its own
-            self.frozen_prefix.hits = self.frozen_prefix.misses = 0
         comp["aggregator"].after_update(self.model, batch)
         # After the update's last optimizer step (and any merge): the next rollouts and eval see the new weights.
         self.engine.sync_weights(self.model)

@@ -81,8 +81,8 @@ class FrozenPrefixCache:
         self._versions = self._snapshot()
         self._store: dict[tuple[int, ...], torch.Tensor] = {}
         self.active = False  # set by ``capturing``: engines record only then
-        self.max_bytes, self.nbytes = int(max_bytes), 0
-        self.hits = self.misses = self.dropped = 0
+        self.max_bytes = int(max_bytes)
+        self.clear()
 
     def _snapshot(self) -> tuple[int, ...]:
         return tuple(p._version for p in self._frozen)
@@ -100,12 +100,15 @@ class FrozenPrefixCache:
             self.active = False
 
     def clear(self) -> None:
+        """Forget every kept state and reset the counters."""
         self._store.clear()
         self.nbytes = 0
+        self.hits = self.misses = self.dropped = 0
 
     @property
     def full(self) -> bool:
-        return self.nbytes >= self.max_bytes
+        """True once a state was kept out for the budget (the engine then stops capturing until ``clear``)."""
+        return self.dropped > 0 or self.nbytes >= self.max_bytes
 
     def __len__(self) -> int:
         return len(self._store)
@@ -116,7 +119,6 @@ class FrozenPrefixCache:
         size = hidden.numel() * hidden.element_size()
         if self.nbytes + size > self.max_bytes:
             self.dropped += 1
-            self.nbytes = max(self.nbytes, self.max_bytes)  # full: the engine stops capturing
             return
         key = tuple(tokens)
         old = self._store.get(key)
