@@ -2,8 +2,8 @@
 
 import numpy as np
 import ot
-from bisim_mdps import gammas, mdps, random_pairs
-from hypothesis import given, settings
+from bisim_mdps import gammas, mdps, random_mdp, random_pairs
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from agents.bisim import RestrictedRuns, certify, components, exact_metric
@@ -58,6 +58,8 @@ def test_operator_is_monotone(mdp, gamma, seed):
 
 @FAST
 @given(mdp=mdps, gamma=gammas)
+# found by hypothesis: the kappa = 2 closed form put -5.6e-17 between bisimilar states before W was clamped at 0
+@example(mdp=random_mdp(seed=491, n_groups=4, group_size=3, n_actions=1, kappa=2), gamma=0.5)
 def test_exact_metric_is_a_fixed_point_pseudometric(mdp, gamma):
     idx, prob, R = mdp
     res = exact_metric(idx, prob, R, gamma, tol=TOL)

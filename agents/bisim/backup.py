@@ -55,4 +55,7 @@ class PairBackup:
             W = w_kappa2(flat, self.p, self.q)
         else:
             W = self.k3.cost(flat)
+        # A transport cost over nonnegative ground costs is >= 0; the closed forms' cancellations can land a rounding
+        # error below it (-5.6e-17 between bisimilar states), which would make d* fail to be a pseudometric.
+        W = np.maximum(W, 0.0)
         return (self.reward_gap + self.gamma * W.reshape(self.B, self.A)).max(axis=1)
