@@ -6,9 +6,10 @@ import dataclasses
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 
-from agents.grpo.comparisons import Comparison, comparisons, declare, summarize
+from agents.grpo.comparisons import Comparison, comparisons, declare, recheck, summarize
 from agents.grpo.regression import run_comparison
 
 REQUIRED = {"method", "baseline", "lane", "seeds", "metric", "method_value", "baseline_value", "interval",
@@ -40,6 +41,12 @@ def test_quick_comparison_runs_and_is_reused(name: str, tmp_path: Path) -> None:
         assert [c["step"] for c in result["curves"][side]["0"]] == [0, 1, 2]
     lo, hi = result["interval"]
     assert lo <= result["difference"] <= hi
+    # the committed evidence alone gives back the interval and the verdict
+    again_from_file = recheck(on_disk)
+    assert again_from_file["verdict"] == on_disk["verdict"]
+    assert again_from_file["interval"] == pytest.approx(on_disk["interval"])
+    assert set(on_disk["evidence"]["per_task"]["method"]) == {"0", "1"}
+    assert set(on_disk["weights"]["method"]["0"]) >= {"warmstart_weights_hash", "final_weights_hash"}
     # nothing changed: the result is read back, no training
     again = run_comparison(comparison, results_dir=tmp_path / "res", runs_dir=tmp_path / "runs", quick=True,
                            log=messages.append)
@@ -64,18 +71,45 @@ def test_summarize_rollouts_to_target_and_direction() -> None:
     assert out["method_value"] == 20 and out["baseline_value"] == 30 and out["difference"] == -10
     assert out["direction_reproduced"] and out["censored"] == {"method": 0, "baseline": 3}
     assert out["ratio_baseline_over_method"] == pytest.approx(1.5)
-    flipped = summarize(Comparison("m", "b", "rollouts_to_target", "higher", "x", params={"gain": 0.2}), method, base)
+    flipped = summarize(Comparison("m", "b", "rollouts_to_target", "higher", "x", seeds=(0, 1, 2), params={"gain": 0.2}),
+                      method, base)
     assert not flipped["direction_reproduced"]
 
 
 def test_summarize_final_accuracy_pairs_tasks() -> None:
-    c = Comparison("m", "b", "final_accuracy", "higher", "x", seeds=(0, 1))
-    method = {s: _run([0.0, 0.75], bits="1110" * 10) for s in range(2)}
-    base = {s: _run([0.0, 0.25], bits="1000" * 10) for s in range(2)}
+    """The eval-noise component is the variance of per-task *paired* differences: two runs that agree on most tasks
+    have little eval noise in their difference, whatever each one's own task-to-task spread."""
+    c = Comparison("m", "b", "final_accuracy", "higher", "x", seeds=(0, 1, 2))
+    base_bits = ["1000" * 10, "1100" * 10, "1010" * 10]
+    # the method solves what the baseline solves plus task 3 of every block of four (+0.25 on every seed)
+    method_bits = ["".join(x[:3] + "1" for x in [b[i:i + 4] for i in range(0, 40, 4)]) for b in base_bits]
+    method = {s: _run([0.0, 0.5], bits=method_bits[s]) for s in range(3)}
+    base = {s: _run([0.0, 0.25], bits=base_bits[s]) for s in range(3)}
     out = summarize(c, method, base)
-    assert out["difference"] == pytest.approx(0.5) and out["interval_kind"].startswith("paired bootstrap")
-    lo, hi = out["interval"]
-    assert 0.3 < lo < 0.5 < hi < 0.7 and out["significant"]
+    assert out["interval_kind"].startswith("student-t over 3 paired seeds")
+    diffs = [np.array([int(a) - int(b) for a, b in zip(m, b)], dtype=float) for m, b in zip(method_bits, base_bits)]
+    paired = np.mean([d.var(ddof=1) / len(d) for d in diffs])
+    unpaired = np.mean([(np.var([int(x) for x in m], ddof=1) + np.var([int(x) for x in b], ddof=1)) / 40
+                        for m, b in zip(method_bits, base_bits)])
+    assert out["variance_components"]["eval"] == pytest.approx(paired) and paired < unpaired / 2
+    assert out["difference"] == pytest.approx(np.mean([d.mean() for d in diffs]))
+    assert out["evidence"]["per_task"]["method"]["1"] == method_bits[1] and out["evidence"]["samples"] == 1
+    again = recheck({**out, "seeds": [0, 1, 2], "metric": "final_accuracy", "direction": "higher",
+                     "method": "m", "baseline": "b"})
+    assert again["interval"] == pytest.approx(out["interval"]) and again["verdict"] == out["verdict"]
+
+
+def test_summarize_final_accuracy_reads_the_larger_final_eval() -> None:
+    """A lane with final_eval_size: the final accuracy and the evidence come from the final set, not the curve's."""
+    c = Comparison("m", "b", "final_accuracy", "higher", "x", seeds=(0, 1))
+    runs = {}
+    for side, final in (("m", "1" * 30 + "0" * 10), ("b", "1" * 20 + "0" * 20)):
+        runs[side] = {s: _run([0.0, 0.5], bits="10") for s in range(2)}
+        for records in runs[side].values():
+            records[-1].update(final_eval_correct=final, final_eval_accuracy=final.count("1") / 40, final_eval_n=40)
+    out = summarize(c, runs["m"], runs["b"])
+    assert out["method_value"] == pytest.approx(0.75) and out["baseline_value"] == pytest.approx(0.5)
+    assert len(out["evidence"]["per_task"]["method"]["0"]) == 40
 
 
 def test_summarize_final_eval_coverage_pairs_tasks_and_is_skipped_where_absent() -> None:
@@ -90,9 +124,9 @@ def test_summarize_final_eval_coverage_pairs_tasks_and_is_skipped_where_absent()
     method = with_coverage({s: _run([0.0, 0.5]) for s in range(2)}, [2, 2, 1, 3] * 10)  # mean 2
     base = with_coverage({s: _run([0.0, 0.5]) for s in range(2)}, [1, 1, 1, 1] * 10)  # mean 1
     out = summarize(Comparison("m", "b", "final_eval_coverage", "higher", "x", seeds=(0, 1)), method, base)
-    assert out["difference"] == pytest.approx(1.0) and out["interval_kind"].startswith("paired bootstrap")
-    lo, hi = out["interval"]
-    assert 0.7 < lo < 1.0 < hi < 1.3 and out["verdict"] == "reproduced"
+    assert out["difference"] == pytest.approx(1.0) and out["interval_kind"].startswith("student-t")
+    assert out["evidence"]["per_task"]["method"]["0"] == "2213" * 10
+    assert out["variance_components"]["eval"] == pytest.approx(np.var([1, 1, 0, 2] * 10, ddof=1) / 40)
     acc = summarize(Comparison("m", "b", "final_accuracy", "higher", "x", seeds=(0, 1)), method, base)
     assert acc["secondary"]["final_eval_coverage"] == {"method": 2.0, "baseline": 1.0}
     plain = summarize(Comparison("m", "b", "final_accuracy", "higher", "x", seeds=(0, 1)),
@@ -213,3 +247,16 @@ def test_seeds_option_runs_the_given_seeds_and_refuses_bad_ones(tmp_path: Path, 
     with pytest.raises(SystemExit):
         regression.main([*args, "--seeds", "0", "--quick"])
     assert "--seeds" in capsys.readouterr().err
+
+
+def test_rollouts_to_target_interpolates_between_evals_when_asked() -> None:
+    """Two runs that cross the target between the same two evals tie on the eval grid; interpolated, the one that
+    gets closer to the target at the earlier eval crosses sooner."""
+    from agents.grpo.comparisons import rollouts_to_target
+
+    fast, slow = _run([0.3, 0.39, 0.5]), _run([0.3, 0.31, 0.5])  # target 0.4, crossed between step 1 and step 2
+    assert rollouts_to_target(fast, start=0.3) == rollouts_to_target(slow, start=0.3) == 20
+    # linear between (10 rollouts, acc) and (20, 0.5): fast 10 + 10 * 0.01 / 0.11, slow 10 + 10 * 0.09 / 0.19
+    assert rollouts_to_target(fast, start=0.3, interpolate=True) == pytest.approx(10 + 10 * 0.01 / 0.11)
+    assert rollouts_to_target(slow, start=0.3, interpolate=True) == pytest.approx(10 + 10 * 0.09 / 0.19)
+    assert rollouts_to_target(_run([0.45, 0.5]), start=0.3, interpolate=True) == 0  # already there at step 0

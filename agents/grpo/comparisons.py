@@ -9,8 +9,8 @@ same prompts, and are scored on the same held-out tasks.
 
 Metrics (``value(records)`` per run; the difference is method minus baseline):
 
-- ``final_accuracy``: held-out accuracy after the last step (as the lane evaluates: greedy, or mean@k at a temperature). Interval: paired bootstrap over seeds and, within
-  a seed, over held-out tasks (both runs of a seed answer the same tasks).
+- ``final_accuracy``: held-out accuracy after the last step (as the lane evaluates: greedy, or mean@k at a temperature),
+  on the lane's final eval set (``final_eval_size`` tasks where set). Both runs of a seed answer the same tasks.
 - ``accuracy_auc``: mean held-out accuracy over every eval of the run (step 0 included): how fast it learns.
 - ``rollouts_to_target``: rollouts generated until held-out accuracy first reaches ``start + gain`` (``gain`` from the
   comparison's ``params``, default 0.10); a run that never reaches it counts as its total rollouts (censored; the
@@ -31,7 +31,10 @@ A claim made "at about equal accuracy" sets ``accuracy_tolerance``: its directio
 metric moving the claimed way, the method's mean final accuracy is at most that far below the baseline's (a method
 that answers in fewer tokens by no longer solving the task has not reproduced an efficiency claim).
 
-Intervals over seeds alone use Student's t on the paired differences (3 seeds: wide, and said so).
+Every interval is Student's t over the per-seed paired differences (the seed is the unit of replication; eval noise is
+nested inside each seed's difference). A result also reports the two variance components (between seeds, eval) and
+the minimum detectable effect at 80% power, and commits the per-seed, per-task outcomes of the final evals
+(``evidence``) from which ``recheck`` recomputes its interval and verdict.
 """
 
 from __future__ import annotations
@@ -53,7 +56,7 @@ class Comparison:
     direction: str  # what the paper claims for method - baseline: "higher" or "lower"
     claim: str  # the paper's claim, in words, with its figure
     lane: str = "micro"
-    seeds: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)  # at least 5 paired seeds: tests/test_interval_calibration.py
     overrides: tuple[str, ...] = ()  # `--set` overrides for both runs (the same budget for both)
     params: dict[str, Any] = field(default_factory=dict)  # the metric's parameters
     # For claims "at about equal accuracy": the most the method's final accuracy may fall below the baseline's.
@@ -139,40 +142,57 @@ def _last_step(records: Sequence[dict[str, Any]]) -> int:
 
 
 def cost_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
-                   cost: str = "rollouts_total") -> float:
-    """``cost`` spent when held-out accuracy first reaches ``start + gain``; the run's total (censored) if never."""
+                   cost: str = "rollouts_total", interpolate: bool = False) -> float:
+    """``cost`` spent when held-out accuracy first reaches ``start + gain``; the run's total (censored) if never.
+    ``interpolate``: the crossing is placed by linear interpolation of accuracy between the last eval below the
+    target and the first at or above it, so that two runs crossing between the same two evals are told apart (at
+    the eval grid alone they tie at the later eval's cost)."""
+    target = start + gain - 1e-12
+    previous = None
     for r in evals(records):
-        if r["eval_accuracy"] >= start + gain - 1e-12:
-            return _cumulative_at(records, r["step"], cost)
+        at = _cumulative_at(records, r["step"], cost)
+        if r["eval_accuracy"] >= target:
+            if not interpolate or previous is None:
+                return at
+            acc0, cost0 = previous
+            frac = (target - acc0) / max(1e-12, r["eval_accuracy"] - acc0)
+            return cost0 + frac * (at - cost0)
+        previous = (r["eval_accuracy"], at)
     return _cumulative_at(records, _last_step(records), cost)
 
 
 def final_accuracy(records: Sequence[dict[str, Any]], **_: Any) -> float:
-    return float(evals(records)[-1]["eval_accuracy"])
+    """Held-out accuracy of the last eval: on its larger final set where the lane has one (``final_eval_size``)."""
+    last = evals(records)[-1]
+    return float(last.get("final_eval_accuracy", last["eval_accuracy"]))
 
 
 def accuracy_auc(records: Sequence[dict[str, Any]], **_: Any) -> float:
     return float(np.mean([r["eval_accuracy"] for r in evals(records)]))
 
 
-def rollouts_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> float:
+def rollouts_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
+                       interpolate: bool = False, **_: Any) -> float:
     """Rollouts spent when held-out accuracy first reaches ``start + gain``; the total (censored) if never."""
-    return cost_to_target(records, start=start, gain=gain, cost="rollouts_total")
+    return cost_to_target(records, start=start, gain=gain, cost="rollouts_total", interpolate=interpolate)
 
 
-def tokens_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> float:
+def tokens_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
+                     interpolate: bool = False, **_: Any) -> float:
     """Response tokens generated for training until the target (censored at the total)."""
-    return cost_to_target(records, start=start, gain=gain, cost="tokens_total")
+    return cost_to_target(records, start=start, gain=gain, cost="tokens_total", interpolate=interpolate)
 
 
-def flops_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> float:
+def flops_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
+                    interpolate: bool = False, **_: Any) -> float:
     """Generation + training FLOPs (agents.grpo.flops) until the target (censored at the total)."""
-    return cost_to_target(records, start=start, gain=gain, cost="flops_total")
+    return cost_to_target(records, start=start, gain=gain, cost="flops_total", interpolate=interpolate)
 
 
-def wall_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, **_: Any) -> float:
+def wall_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
+                   interpolate: bool = False, **_: Any) -> float:
     """Seconds of generation + update (evaluation excluded) until the target (censored at the total)."""
-    return cost_to_target(records, start=start, gain=gain, cost="wall_s")
+    return cost_to_target(records, start=start, gain=gain, cost="wall_s", interpolate=interpolate)
 
 
 def rollouts_per_useful_group(records: Sequence[dict[str, Any]], **_: Any) -> float:
@@ -229,7 +249,20 @@ TARGET_METRICS = frozenset({"rollouts_to_target", "tokens_to_target", "flops_to_
 
 
 # -- statistics --------------------------------------------------------------------------------------------------------
-_T975 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228}
+# The seed is the unit of replication: each seed's paired difference d_s = method_s - baseline_s already carries that
+# seed's training randomness and its eval noise (the same held-out tasks on both sides, so the eval noise of d_s is
+# that of per-task *differences*). The interval is Student's t over the d_s, which holds its level at 2-5 seeds
+# (tests/test_interval_calibration.py simulates it); a bootstrap over seeds and tasks does not (3 seeds give 10
+# distinct seed resamples: 12.7% false positives at nominal 5% in the audit that replaced it).
+POWER = 0.8  # for the minimum detectable effect
+# Metrics that are a mean over the final eval's tasks: their per-seed values and eval noise come from the evidence.
+PER_TASK_METRICS = frozenset({"final_accuracy", "final_eval_coverage"})
+
+
+def t_quantile(q: float, df: int) -> float:
+    from scipy.stats import t
+
+    return float(t.ppf(q, df))
 
 
 def t_interval(diffs: Sequence[float]) -> tuple[float, float]:
@@ -237,13 +270,37 @@ def t_interval(diffs: Sequence[float]) -> tuple[float, float]:
     d = np.asarray(diffs, dtype=float)
     if len(d) < 2:
         return (-float("inf"), float("inf"))
-    half = _T975.get(len(d) - 1, 1.96) * d.std(ddof=1) / np.sqrt(len(d))
+    half = t_quantile(0.975, len(d) - 1) * d.std(ddof=1) / np.sqrt(len(d))
     return (float(d.mean() - half), float(d.mean() + half))
+
+
+def minimum_detectable_effect(n_seeds: int, sd: float, *, power: float = POWER) -> float:
+    """The smallest true mean difference that a two-sided 95% t-test over ``n_seeds`` paired seeds with per-seed
+    difference spread ``sd`` detects with probability ``power`` (the usual (t_.975 + t_power) sd / sqrt(n))."""
+    if n_seeds < 2 or not np.isfinite(sd):
+        return float("inf")
+    df = n_seeds - 1
+    return float((t_quantile(0.975, df) + t_quantile(power, df)) * sd / np.sqrt(n_seeds))
+
+
+def variance_components(diffs: Sequence[float], per_task_diffs: Sequence[Sequence[float]] | None = None
+                        ) -> dict[str, float | None]:
+    """Split the variance of the per-seed differences into eval noise (within a seed: the variance of the mean of its
+    per-task paired differences, averaged over seeds) and between-seed variance (training randomness: the rest,
+    clipped at 0). Without per-task outcomes only the total is known."""
+    d = np.asarray(diffs, dtype=float)
+    total = float(d.var(ddof=1)) if len(d) > 1 else None
+    if per_task_diffs is None:
+        return {"total": total, "eval": None, "between_seed": None}
+    eval_var = float(np.mean([np.var(np.asarray(x, dtype=float), ddof=1) / len(x) for x in per_task_diffs]))
+    between = None if total is None else max(0.0, total - eval_var)
+    return {"total": total, "eval": eval_var, "between_seed": between}
 
 
 def paired_bootstrap(method_bits: Sequence[Sequence[int]], baseline_bits: Sequence[Sequence[int]], *,
                      reps: int = 4000, seed: int = 0) -> tuple[float, float]:
-    """95% interval of mean accuracy difference: resample seeds, then tasks within each seed (pairs kept)."""
+    """95% interval of mean accuracy difference: resample seeds, then tasks within each seed (pairs kept). Kept for
+    one-seed task-level reports (benchmarks/agentic_training.py); comparison verdicts use ``t_interval`` over seeds."""
     rng = np.random.default_rng(seed)
     m = [np.asarray(b, dtype=float) for b in method_bits]
     b = [np.asarray(x, dtype=float) for x in baseline_bits]
@@ -258,21 +315,104 @@ def paired_bootstrap(method_bits: Sequence[Sequence[int]], baseline_bits: Sequen
     return (float(lo), float(hi))
 
 
-def final_bits(records: Sequence[dict[str, Any]]) -> list[float] | None:
-    """Per-task accuracy of the last held-out eval, if recorded (``eval_correct``: a 0/1 string for one sample per
-    task, else correct counts out of ``eval_samples``)."""
-    last = evals(records)[-1]
-    per_task = last.get("eval_correct")
+def _final_eval(records: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    return evals(records)[-1]
+
+
+def final_counts(records: Sequence[dict[str, Any]]) -> tuple[list[int], int] | None:
+    """Per-task correct counts of the last held-out eval and its samples per task, if recorded: the larger final set
+    (``final_eval_correct``) when the lane has one, else ``eval_correct``."""
+    last = _final_eval(records)
+    per_task = last.get("final_eval_correct", last.get("eval_correct"))
     if per_task is None:
         return None
-    k = int(last.get("eval_samples", 1))
-    return [int(c) / k for c in per_task]
+    return [int(c) for c in per_task], int(last.get("eval_samples", 1))
+
+
+def final_bits(records: Sequence[dict[str, Any]]) -> list[float] | None:
+    """Per-task accuracy of the last held-out eval, if recorded (counts out of ``eval_samples``)."""
+    counts = final_counts(records)
+    return None if counts is None else [c / counts[1] for c in counts[0]]
 
 
 def final_solutions(records: Sequence[dict[str, Any]]) -> list[float] | None:
     """Per-task distinct correct solutions of the last held-out eval (``eval_solutions``), if recorded."""
-    per_task = evals(records)[-1].get("eval_solutions")
+    per_task = _final_eval(records).get("eval_solutions")
     return None if per_task is None else [float(v) for v in per_task]
+
+
+def encode_counts(counts: Sequence[int]) -> str:
+    """Per-task counts (each 0..9) as one digit string: the compact evidence a result file commits."""
+    if any(not 0 <= int(c) <= 9 for c in counts):
+        raise ValueError("per-task counts must be in 0..9 to be stored as digits")
+    return "".join(str(int(c)) for c in counts)
+
+
+def decode_counts(text: str) -> list[int]:
+    if not isinstance(text, str) or not text.isdigit():
+        raise ValueError(f"per-task evidence must be a string of digits, got {str(text)[:40]!r}")
+    return [int(c) for c in text]
+
+
+def decide(diffs: Sequence[float], *, direction: str, accuracy: dict[str, float], tolerance: float | None,
+           per_task_diffs: Sequence[Sequence[float]] | None = None) -> dict[str, Any]:
+    """The verdict of per-seed paired differences: interval, variance components, minimum detectable effect, and
+    reproduced / inconclusive / not reproduced. One function for ``summarize`` and for re-checking a committed
+    result from its evidence alone (``recheck``)."""
+    diff = float(np.mean(diffs))
+    interval = t_interval(diffs)
+    sign = 1.0 if direction == "higher" else -1.0
+    accuracy_held = tolerance is None or accuracy["method"] >= accuracy["baseline"] - tolerance - 1e-12
+    significant = bool(interval[0] > 0 if sign > 0 else interval[1] < 0)  # the interval on the claimed side of 0
+    components = variance_components(diffs, per_task_diffs)
+    sd = float(np.sqrt(components["total"])) if components["total"] is not None else float("inf")
+    return {
+        "difference": diff, "interval": list(interval),
+        "interval_kind": f"student-t over {len(diffs)} paired seeds (eval noise nested in each seed)",
+        "variance_components": components,
+        "minimum_detectable_effect": minimum_detectable_effect(len(diffs), sd),
+        # reproduced: the whole 95% interval of the difference lies on the claimed side of 0 (and, for an "at about
+        # equal accuracy" claim, accuracy held); a point estimate on that side with an interval across 0 is
+        # "inconclusive", not a reproduction
+        "direction_reproduced": bool(significant and accuracy_held),
+        "verdict": ("reproduced" if significant and accuracy_held else
+                    "inconclusive" if sign * diff > 0 and accuracy_held else "not reproduced"),
+        "point_estimate_in_direction": bool(sign * diff > 0),
+        "significant": significant,
+        "accuracy_held": {"tolerance": tolerance, "held": bool(accuracy_held)},
+    }
+
+
+def recheck(result: dict[str, Any]) -> dict[str, Any]:
+    """Recompute a committed result's per-seed values (from its per-task evidence where it has it), difference,
+    interval and verdict from the file alone. A file written before per-task evidence was committed is recomputed
+    from its per-seed values (``evidence`` "per-seed values only": no eval-noise component)."""
+    evidence = result.get("evidence") or {}
+    if "per_seed" not in result:
+        raise ValueError(f"{result.get('method')} vs {result.get('baseline')}: no per-seed values to recompute from")
+    seeds = [str(s) for s in result["seeds"]]
+    per_seed = {s: dict(result["per_seed"][s]) for s in seeds}
+    per_task_diffs = None
+    tasks = evidence.get("per_task")
+    if tasks:
+        values = {side: {s: decode_counts(tasks[side][s]) for s in seeds} for side in ("method", "baseline")}
+        k = int(evidence["samples"])
+        if any(len(values["method"][s]) != len(values["baseline"][s]) for s in seeds):
+            raise ValueError("paired runs must carry outcomes on the same held-out tasks")
+        if result["metric"] in PER_TASK_METRICS:
+            scale = k if result["metric"] == "final_accuracy" else 1
+            per_seed = {s: {side: float(np.mean(values[side][s])) / scale for side in ("method", "baseline")}
+                        for s in seeds}
+        per_task_diffs = [[(a - b) / k for a, b in zip(values["method"][s], values["baseline"][s])] for s in seeds]
+    diffs = [per_seed[s]["method"] - per_seed[s]["baseline"] for s in seeds]
+    out = decide(diffs, direction=result["direction"], accuracy=result["accuracy"],
+                 tolerance=(result.get("accuracy_held") or {}).get("tolerance"),
+                 per_task_diffs=per_task_diffs if result["metric"] in PER_TASK_METRICS else None)
+    out["per_seed"] = per_seed
+    out["evidence"] = "per-task outcomes" if tasks else "per-seed values only"
+    out["method_value"] = float(np.mean([per_seed[s]["method"] for s in seeds]))
+    out["baseline_value"] = float(np.mean([per_seed[s]["baseline"] for s in seeds]))
+    return out
 
 
 def _secondary(fn: Callable[..., float], method_runs: dict[int, list[dict[str, Any]]],
@@ -304,35 +444,42 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
     mv = {s: metric(method_runs[s], start=starts[s], **per_seed[s]) for s in seeds}
     bv = {s: metric(baseline_runs[s], start=starts[s], **per_seed[s]) for s in seeds}
     diffs = [mv[s] - bv[s] for s in seeds]
-    interval = t_interval(diffs)
-    interval_kind = "student-t over seeds"
-    per_task_values = {"final_accuracy": final_bits, "final_eval_coverage": final_solutions}.get(comparison.metric)
-    if per_task_values is not None:
-        mb = [per_task_values(method_runs[s]) for s in seeds]
-        bb = [per_task_values(baseline_runs[s]) for s in seeds]
-        if all(x is not None for x in mb + bb):
-            interval, interval_kind = paired_bootstrap(mb, bb), "paired bootstrap over seeds and held-out tasks"
-    diff = float(np.mean(diffs))
-    sign = 1.0 if comparison.direction == "higher" else -1.0
     accuracy = {"method": float(np.mean([final_accuracy(method_runs[s]) for s in seeds])),
                 "baseline": float(np.mean([final_accuracy(baseline_runs[s]) for s in seeds]))}
-    accuracy_held = (comparison.accuracy_tolerance is None
-                     or accuracy["method"] >= accuracy["baseline"] - comparison.accuracy_tolerance - 1e-12)
-    significant = bool(interval[0] > 0 if sign > 0 else interval[1] < 0)  # the interval on the claimed side of 0
+    # the committed evidence: per-seed, per-task outcomes of the final eval (both sides on the same tasks), from which
+    # the accuracy values, the eval-noise component and the interval are recomputed (``recheck``)
+    evidence: dict[str, Any] = {}
+    sides = (("method", method_runs), ("baseline", baseline_runs))
+    tasks: dict[str, dict[str, str]] | None = None
+    if comparison.metric == "final_eval_coverage" and all(final_solutions(r[s]) is not None for _, r in sides
+                                                           for s in seeds):
+        tasks = {side: {str(s): encode_counts([int(v) for v in final_solutions(runs[s])]) for s in seeds}
+                 for side, runs in sides}
+        evidence.update(samples=1, per_task_kind="distinct correct solutions per task (final eval)")
+    elif all(final_counts(r[s]) is not None for _, r in sides for s in seeds):
+        counts = {side: {s: final_counts(runs[s]) for s in seeds} for side, runs in sides}
+        k = {c[1] for side in counts.values() for c in side.values()}
+        if len(k) != 1:
+            raise ValueError(f"paired runs evaluated with different eval_samples: {sorted(k)}")
+        tasks = {side: {str(s): encode_counts(counts[side][s][0]) for s in seeds} for side in counts}
+        evidence.update(samples=k.pop(), per_task_kind="correct samples per task (final eval), out of samples")
+    per_task_diffs = None
+    if tasks is not None:
+        evidence["per_task"] = tasks
+        scale = evidence["samples"]
+        per_task_diffs = []
+        for s in seeds:
+            m, b = decode_counts(tasks["method"][str(s)]), decode_counts(tasks["baseline"][str(s)])
+            if len(m) != len(b):
+                raise ValueError("paired runs must be scored on the same held-out tasks")
+            per_task_diffs.append([(x - y) / scale for x, y in zip(m, b)])
     out: dict[str, Any] = {
         "method_value": float(np.mean(list(mv.values()))), "baseline_value": float(np.mean(list(bv.values()))),
-        "difference": diff, "interval": list(interval), "interval_kind": interval_kind,
         "per_seed": {str(s): {"method": mv[s], "baseline": bv[s]} for s in seeds},
-        # reproduced: the whole 95% interval of the difference lies on the claimed side of 0 (and, for an "at about
-        # equal accuracy" claim, accuracy held); a point estimate on that side with an interval across 0 is
-        # "inconclusive", not a reproduction
-        "direction_reproduced": bool(significant and accuracy_held),
-        "verdict": ("reproduced" if significant and accuracy_held else
-                    "inconclusive" if sign * diff > 0 and accuracy_held else "not reproduced"),
-        "point_estimate_in_direction": bool(sign * diff > 0),
-        "significant": significant,
+        **decide(diffs, direction=comparison.direction, accuracy=accuracy, tolerance=comparison.accuracy_tolerance,
+                 per_task_diffs=per_task_diffs if comparison.metric in PER_TASK_METRICS else None),
         "accuracy": accuracy,
-        "accuracy_held": {"tolerance": comparison.accuracy_tolerance, "held": bool(accuracy_held)},
+        "evidence": evidence,
         # context, not the claim: every metric's paired means, whatever the comparison's own metric is
         "secondary": {name: value for name, fn in METRICS.items() if name != comparison.metric
                       and (value := _secondary(fn, method_runs, baseline_runs, seeds, starts, params, flops))},

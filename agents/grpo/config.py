@@ -66,6 +66,13 @@ class TrainConfig:
     kl_reference: bool = False  # keep a frozen copy of the start policy and store ref log-probs in the batch
     eval_every: int = 10  # 0 = only before and after
     eval_size: int = 64
+    # the last eval reads this many held-out tasks (0: eval_size). Intermediate evals stay at eval_size (the curves);
+    # the final accuracy a comparison reads comes from the larger set, so eval noise stays small next to seed noise.
+    # The last eval record's own eval_* fields still cover the first eval_size tasks, as every other eval's do.
+    final_eval_size: int = 0
+    # torch intra-op threads for the whole run (0: leave the process's setting). CPU kernels split reductions by
+    # thread count, so a run is bit-exact across processes only at a fixed count: lanes pin it (and it is keyed).
+    threads: int = 0
     eval_max_new_tokens: int | None = None
     eval_temperature: float = 0.0  # 0 = greedy; a lane may evaluate at its sampling temperature instead
     eval_samples: int = 1  # samples per held-out task (eval_accuracy = mean over them: mean@k)
@@ -106,7 +113,7 @@ class TrainConfig:
         if self.flop_budget < 0 or self.train_pool < 0:
             raise ValueError(f"flop_budget and train_pool must be >= 0, got {self.flop_budget}, {self.train_pool}")
         for name, lo in (("steps", 0), ("eval_samples", 1), ("prompts_per_step", 1), ("max_new_tokens", 1), ("micro_batch", 1),
-                         ("ppo_epochs", 1), ("eval_size", 0), ("checkpoint_every", 0), ("keep_checkpoints", 1)):
+                         ("ppo_epochs", 1), ("eval_size", 0), ("final_eval_size", 0), ("threads", 0), ("checkpoint_every", 0), ("keep_checkpoints", 1)):
             if int(getattr(self, name)) < lo:
                 raise ValueError(f"{name} must be >= {lo}, got {getattr(self, name)}")
 

@@ -6,7 +6,8 @@ with a verified solution, a hint, feedback), for the self-distillation losses (a
 response`` (without), both in the length-bucketed path of ``agents.grpo.logprobs``, keeps only the hidden states that
 predict response tokens, and walks them through the head ``chunk`` rows at a time. Per chunk it forms both rows'
 logits, the student's token log-probs and entropies, the teacher's token log-probs and the chosen divergence between
-the two next-token distributions. The chunk function runs under activation checkpointing, so no ``(N, V)`` tensor
+the two next-token distributions. The teacher is either the policy itself (a live teacher) or a frozen copy of it
+(``teacher_model``: OPSD's specification and public code use the initial policy). The chunk function runs under activation checkpointing, so no ``(N, V)`` tensor
 outlives its chunk: backward recomputes one chunk's logits at a time (one extra lm_head matmul per chunk, the price
 of the memory). The teacher side is computed under ``no_grad`` and never receives gradients (a stop-gradient teacher).
 
@@ -80,10 +81,11 @@ def _logits(x: torch.Tensor, head: torch.nn.Linear | None, temperature: float) -
 
 
 def _chunk(h_student: torch.Tensor, h_teacher: torch.Tensor, targets: torch.Tensor, head: torch.nn.Linear | None,
-           temperature: float, divergence: str, beta: float) -> tuple[torch.Tensor, ...]:
+           teacher_head: torch.nn.Linear | None, temperature: float, divergence: str, beta: float
+           ) -> tuple[torch.Tensor, ...]:
     z_s = _logits(h_student, head, temperature)
     with torch.no_grad():
-        z_t = _logits(h_teacher, head, temperature)
+        z_t = _logits(h_teacher, teacher_head, temperature)
         log_q = torch.log_softmax(z_t, -1)
         teacher_lp = log_q.gather(1, targets[:, None]).squeeze(1)
     log_s = torch.log_softmax(z_s, -1)
@@ -97,9 +99,11 @@ def _chunk(h_student: torch.Tensor, h_teacher: torch.Tensor, targets: torch.Tens
 def context_stats(model: torch.nn.Module, student_prompt_ids: Sequence[Sequence[int]],
                   teacher_prompt_ids: Sequence[Sequence[int]], response_ids: Sequence[Sequence[int]], *,
                   divergence: str = "jsd", beta: float = 0.5, temperature: float = 1.0, chunk: int = 64,
-                  pad_id: int = 0, autocast_bf16: bool = False, bucket_slack: float | None = 0.25) -> ContextStats:
+                  pad_id: int = 0, autocast_bf16: bool = False, bucket_slack: float | None = 0.25,
+                  teacher_model: torch.nn.Module | None = None) -> ContextStats:
     """Student and teacher statistics of ``response_ids`` (see ``ContextStats``). ``chunk``: head rows per step
-    times the number of rows (as ``response_logprobs``'s ``chunk``)."""
+    times the number of rows (as ``response_logprobs``'s ``chunk``). ``teacher_model``: the weights that read the
+    teacher prompts (a frozen copy of the start policy); None: ``model`` itself (a live teacher)."""
     if not (len(student_prompt_ids) == len(teacher_prompt_ids) == len(response_ids)):
         raise ValueError(f"need one student prompt, one teacher prompt and one response per row, got "
                          f"{len(student_prompt_ids)}, {len(teacher_prompt_ids)} and {len(response_ids)}")
@@ -107,12 +111,16 @@ def context_stats(model: torch.nn.Module, student_prompt_ids: Sequence[Sequence[
     temperature = check_temperature(temperature)
     n_rows, width = len(response_ids), max(1, max((len(r) for r in response_ids), default=1))
     head = _separable_head(model)
+    teacher = model if teacher_model is None else teacher_model
+    teacher_head = head if teacher_model is None else _separable_head(teacher_model)
+    if (head is None) != (teacher_head is None):
+        raise ValueError("student and teacher models must have the same head layout")
     device = next(model.parameters()).device.type
     with torch.autocast(device, dtype=torch.bfloat16, enabled=autocast_bf16):
         h_s, rows, cols, targets = response_features(model, student_prompt_ids, response_ids, pad_id=pad_id,
                                                      bucket_slack=bucket_slack, head=head)
         with torch.no_grad():
-            h_t, t_rows, t_cols, _ = response_features(model, teacher_prompt_ids, response_ids, pad_id=pad_id,
+            h_t, t_rows, t_cols, _ = response_features(teacher, teacher_prompt_ids, response_ids, pad_id=pad_id,
                                                        bucket_slack=bucket_slack, head=head)
         # the two passes bucket rows by their own lengths: put the teacher's features in the student's token order
         order = torch.empty(n_rows * width, dtype=torch.long)
@@ -121,7 +129,8 @@ def context_stats(model: torch.nn.Module, student_prompt_ids: Sequence[Sequence[
         step = max(1, chunk * n_rows)
         parts = []
         for s in range(0, h_s.shape[0], step):
-            args = (h_s[s:s + step], h_t[s:s + step], targets[s:s + step], head, temperature, divergence, beta)
+            args = (h_s[s:s + step], h_t[s:s + step], targets[s:s + step], head, teacher_head, temperature,
+                    divergence, beta)
             parts.append(checkpoint(_chunk, *args, use_reentrant=False) if torch.is_grad_enabled()
                          else _chunk(*args))
     lp, ent, teacher_lp, div = (torch.cat(x) for x in zip(*parts))

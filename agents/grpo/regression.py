@@ -137,12 +137,35 @@ def resolve(comparison: Comparison, recipe: str, seed: int, *, quick: bool = Fal
     return load_recipe(recipe, overrides, lane=comparison.lane)
 
 
-def train_run(cfg: TrainConfig, runs_dir: Path, code: str, *, log: Any = None) -> tuple[list[dict[str, Any]], str]:
-    """Train (or reuse, or resume) one run; returns its metrics records and its key."""
+def machine_fingerprint() -> dict[str, Any]:
+    """What besides the key can change a run's floating point: torch's version, its thread count and the CPU's
+    vector extensions (a run is bit-exact across processes on one kind of machine; tests/test_determinism.py)."""
+    import platform
+
+    import torch
+
+    flags: list[str] = []
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                flags = sorted(f for f in line.split(":", 1)[1].split() if f.startswith(("avx", "amx", "fma")))
+                break
+    except OSError:
+        pass
+    return {"torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
+            "cpu_flags": " ".join(flags)}
+
+
+def train_run(cfg: TrainConfig, runs_dir: Path, code: str, *, log: Any = None, archive: Path | None = None
+              ) -> tuple[list[dict[str, Any]], str, dict[str, Any]]:
+    """Train (or reuse, or resume) one run; returns its metrics records, its key and its ``done.json`` (wall time, the
+    warm start's and the final policy's weights hashes, the machine fingerprint). ``archive``: a folder of committed
+    run archives (``ARCHIVE_DIR`` for suite runs) read before training and written when the run finishes."""
     from filelock import FileLock
 
     from agents.grpo.metrics import MetricsLog
     from agents.grpo.trainer import Trainer
+    from agents.policy.models import weights_hash
 
     key = run_key(cfg, code)
     out = runs_dir / f"{Path(cfg.out_dir).name}-s{cfg.seed}-{key}"
@@ -151,14 +174,73 @@ def train_run(cfg: TrainConfig, runs_dir: Path, code: str, *, log: Any = None) -
     # Comparisons share baseline runs; two suite processes wait for each other instead of training one run twice.
     with FileLock(str(out) + ".lock"):
         if done.is_file():
-            return MetricsLog(out / "metrics.jsonl").read(), key
+            return MetricsLog(out / "metrics.jsonl").read(), key, json.loads(done.read_text())
+        archived = read_archive(out.name, key, archive) if archive is not None else None
+        if archived is not None:  # trained on another machine and committed: the same weights (a keyed, exact run)
+            if log:
+                log(f"reuse {out.name} from {archive}")
+            return archived
         cfg.out_dir = str(out)
         t0 = time.perf_counter()
         if log:
             log(f"train {out.name} ({cfg.steps} steps)")
-        records = Trainer(cfg).run(resume=True)
-        done.write_text(json.dumps({"key": key, "wall_s": time.perf_counter() - t0}))
-    return records, key
+        trainer = Trainer(cfg)
+        records = trainer.run(resume=True)
+        info = {"key": key, "wall_s": time.perf_counter() - t0, "warmstart_weights_hash": trainer.policy.weights_hash,
+                "final_weights_hash": weights_hash(trainer.model), **machine_fingerprint()}
+        tmp = done.with_suffix(".tmp")
+        tmp.write_text(json.dumps(info))
+        os.replace(tmp, done)
+        if archive is not None:
+            write_archive(out.name, records, info, archive)
+    return records, key, info
+
+
+# Each finished run's metrics (every train and eval record, per-task eval outcomes included; never weights) are
+# archived in the repository at once, gzipped, so that a finished run outlives the machine that trained it and a
+# later session on another machine reuses it by key instead of retraining.
+ARCHIVE_DIR = ROOT / "benchmarks" / "results" / "runs"
+
+
+def archive_path(name: str) -> Path:
+    return ARCHIVE_DIR / f"{name}.jsonl.gz"
+
+
+def write_archive(name: str, records: list[dict[str, Any]], info: dict[str, Any],
+                  directory: Path | None = None) -> Path:
+    """``<name>.jsonl.gz``: a first line ``{"done": info}``, then the run's records (atomic: temporary, rename)."""
+    import gzip
+
+    path = (directory or ARCHIVE_DIR) / f"{name}.jsonl.gz"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".tmp")
+    with gzip.GzipFile(tmp, "wb", mtime=0) as f:  # mtime 0: the same run gives the same bytes
+        for line in ({"done": info}, *records):
+            f.write((json.dumps(line, sort_keys=True) + "\n").encode())
+    os.replace(tmp, path)
+    return path
+
+
+def read_archive(name: str, key: str, directory: Path | None = None
+                 ) -> tuple[list[dict[str, Any]], str, dict[str, Any]] | None:
+    """An archived run's (records, key, done info) when one of that name and key is committed; else None. A broken
+    archive is reported and ignored (the run is retrained), never half-read."""
+    import gzip
+    import warnings
+
+    path = (directory or ARCHIVE_DIR) / f"{name}.jsonl.gz"
+    if not path.is_file():
+        return None
+    try:
+        with gzip.open(path, "rt") as f:
+            lines = [json.loads(line) for line in f if line.strip()]
+        info = lines[0]["done"]
+    except (OSError, EOFError, ValueError, KeyError, IndexError, TypeError) as e:
+        warnings.warn(f"{path}: unreadable run archive ({e}); the run is trained again", stacklevel=2)
+        return None
+    if info.get("key") != key:
+        return None
+    return lines[1:], key, info
 
 
 def _curves(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -223,8 +305,12 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
             return old
     t0 = time.perf_counter()
     runs: dict[str, dict[int, list[dict[str, Any]]]] = {"method": {}, "baseline": {}}
+    weights: dict[str, dict[str, dict[str, Any]]] = {"method": {}, "baseline": {}}
     for (side, s), cfg in cfgs.items():
-        runs[side][s], _ = train_run(cfg, runs_dir, codes[(side, s)], log=log)
+        runs[side][s], _, done = train_run(cfg, runs_dir, codes[(side, s)], log=log,
+                                           archive=None if quick else ARCHIVE_DIR)
+        weights[side][str(s)] = {k: done.get(k) for k in ("warmstart_weights_hash", "final_weights_hash", "threads",
+                                                          "torch", "cpu_flags")}
     if quick:  # a two-seed run of a few steps is a smoke test, not a claim
         comparison = dataclasses.replace(comparison, seeds=tuple(seeds))
     summary = summarize(comparison, runs["method"], runs["baseline"])
@@ -238,6 +324,8 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
         "recipes": {"method": cfgs[("method", seeds[0])].to_dict(), "baseline": cfgs[("baseline", seeds[0])].to_dict()},
         "curves": {side: {str(s): _curves(runs[side][s]) for s in seeds} for side in runs},
         "wall_s": {side: {str(s): round(_wall(runs[side][s]), 1) for s in seeds} for side in runs},
+        # which weights the runs started from and ended at (a run key pins them: tests/test_determinism.py)
+        "weights": weights,
         "suite_wall_s": round(time.perf_counter() - t0, 1),
         "command": f"pytest benchmarks/test_regression.py -k {comparison.name}" + (" --quick" if quick else ""),
     }
@@ -247,6 +335,33 @@ def run_comparison(comparison: Comparison, *, results_dir: Path, runs_dir: Path,
     os.replace(tmp, path)
     plot(result, path.with_suffix(".png"))
     return result
+
+
+def status_at_head(result: dict[str, Any], comparison: Comparison | None, *, shared: str | None = None
+                   ) -> dict[str, Any]:
+    """Whether a committed result still describes the code at HEAD: ``current`` when every run key it was computed
+    from equals the key that comparison's runs get now (the key covers only the code and recipe that can change a
+    run) and it holds the seeds its declaration asks for; otherwise ``stale`` with the reasons."""
+    reasons: list[str] = []
+    if comparison is None:
+        return {"status": "stale", "reasons": ["no longer declared"]}
+    held = [int(s) for s in result.get("seeds", [])]
+    missing = [s for s in comparison.seeds if s not in held]
+    if missing:
+        reasons.append(f"holds {len(held)} of the {len(comparison.seeds)} declared seeds")
+    shared = shared or code_hash()
+    changed = 0
+    for side, recipe in (("method", comparison.method), ("baseline", comparison.baseline)):
+        for s in held:
+            cfg = resolve(comparison, recipe, s)
+            if run_key(cfg, run_code_hash(cfg, shared)) != (result.get("run_keys") or {}).get(f"{side}/{s}"):
+                changed += 1
+    if changed:
+        reasons.append(f"{changed} of {2 * len(held)} run keys differ at HEAD (code or recipe changed)")
+    if not (result.get("evidence") or {}).get("per_task") and comparison.metric in {"final_accuracy",
+                                                                                   "final_eval_coverage"}:
+        reasons.append("no per-task evidence committed")
+    return {"status": "stale" if reasons else "current", "reasons": reasons}
 
 
 # -- training many runs at once ----------------------------------------------------------------------------------------
@@ -263,16 +378,16 @@ def pending_runs(selected: list[Comparison], *, quick: bool = False) -> list[tup
     return list(out.values())
 
 
-def _train_one(args: tuple[dict[str, Any], str, str, int]) -> tuple[str, float]:
+def _train_one(args: tuple[dict[str, Any], str, str, int, str | None]) -> tuple[str, float]:
     from agents.grpo.config import from_dict
 
-    data, runs_dir, code, threads = args
+    data, runs_dir, code, threads, archive = args
     import torch
 
     torch.set_num_threads(threads)
     cfg = from_dict(data)
     t0 = time.perf_counter()
-    _, key = train_run(cfg, Path(runs_dir), code)
+    _, key, _ = train_run(cfg, Path(runs_dir), code, archive=Path(archive) if archive else None)
     return Path(cfg.out_dir).name, time.perf_counter() - t0  # train_run points out_dir at the keyed run folder
 
 
@@ -285,7 +400,8 @@ def train_parallel(selected: list[Comparison], *, runs_dir: Path, jobs: int, qui
 
     todo = pending_runs(selected, quick=quick)
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
-    args = [(cfg.to_dict(), str(runs_dir), code, threads) for cfg, code in todo]
+    archive = None if quick else str(ARCHIVE_DIR)
+    args = [(cfg.to_dict(), str(runs_dir), code, threads, archive) for cfg, code in todo]
     if log:
         log(f"{len(todo)} runs for {len(selected)} comparisons, {jobs} at a time x {threads} threads -> {runs_dir}")
     with cf.ProcessPoolExecutor(max_workers=max(1, jobs), mp_context=mp.get_context("spawn")) as pool:

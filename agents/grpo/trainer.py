@@ -114,6 +114,8 @@ class Trainer:
         cfg.validate()
         self.cfg = cfg
         self.out = Path(cfg.out_dir)
+        if cfg.threads:  # a fixed thread count makes the run bit-exact across processes (see TrainConfig.threads)
+            torch.set_num_threads(cfg.threads)
         torch.manual_seed(cfg.seed)
         np.random.seed(cfg.seed)
         import random
@@ -183,6 +185,16 @@ class Trainer:
         if cfg.kl_reference or getattr(self.components["loss"], "kl_coef", 0.0):  # a KL term needs a reference
             self.ref_model = copy.deepcopy(self.model).eval()
             for p in self.ref_model.parameters():
+                p.requires_grad_(False)
+        # a distillation loss with a fixed teacher (``teacher = "initial"``) reads the privileged context with the
+        # start policy's weights, frozen; "live" reads it with the policy being trained
+        self.teacher_model = None
+        teacher_kind = getattr(self.components["loss"], "teacher", None)
+        if teacher_kind not in (None, "initial", "live"):
+            raise ValueError(f"loss teacher must be 'initial' or 'live', got {teacher_kind!r}")
+        if teacher_kind == "initial":
+            self.teacher_model = self.ref_model or copy.deepcopy(self.model).eval()
+            for p in self.teacher_model.parameters():
                 p.requires_grad_(False)
         self.metrics = MetricsLog(self.out / "metrics.jsonl")
         self.step = 0
@@ -403,7 +415,8 @@ class Trainer:
         return context_stats(self.model, [batch.prompt_ids[i] for i in rows], teacher,
                              [batch.response_ids[i] for i in rows], divergence=getattr(loss_fn, "divergence", "none"),
                              beta=getattr(loss_fn, "beta", 0.5), temperature=batch.temperature,
-                             chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16)
+                             chunk=self.cfg.logprob_chunk, pad_id=self.pad_id, autocast_bf16=self.autocast_bf16,
+                             teacher_model=self.teacher_model)
 
     def extra_generate(self, prompts: list[str] | list[list[int]], n: int, *, max_new_tokens: int | None = None,
                        temperature: float | None = None, seed: int = 0) -> list[Any]:
@@ -469,11 +482,15 @@ class Trainer:
         return out
 
     # -- evaluation ------------------------------------------------------------------------------------------------
-    def evaluate(self) -> dict[str, float]:
+    def evaluate(self, *, final: bool = False) -> dict[str, float]:
         """The first ``eval_size`` tasks of the held-out env, ``eval_samples`` each at ``eval_temperature`` (greedy by
         default), scored by the env (base reward). Sampling draws from a seed fixed for the run, so every eval of a
-        run, and the paired runs of two methods with one seed, use the same random numbers."""
-        n = min(self.cfg.eval_size, len(self.eval_env.unwrapped.source))
+        run, and the paired runs of two methods with one seed, use the same random numbers. ``final``: the run's last
+        eval, which reads ``final_eval_size`` tasks when that is larger (``final_eval_*`` fields; the ``eval_*``
+        fields keep covering the first ``eval_size``, so the curve stays one task set)."""
+        size = len(self.eval_env.unwrapped.source)
+        n_main = min(self.cfg.eval_size, size)
+        n = max(n_main, min(self.cfg.final_eval_size, size)) if final and not self.multiturn else n_main
         if n == 0:
             return {}
         t0 = time.perf_counter()
@@ -510,12 +527,19 @@ class Trainer:
             lengths.append(len(ro.response_ids))
             records.append({"response": ro.text, "parsed_answer": info.get("parsed_answer"), "correct": correct[-1]})
         per_task = np.asarray(correct, dtype=int).reshape(n, k).sum(axis=1)
+        final_fields: dict[str, Any] = {}
+        if n > n_main:  # the final eval's larger set; the eval_* fields below read its first n_main tasks
+            final_fields = {"final_eval_accuracy": float(np.mean(correct)), "final_eval_n": n,
+                            "final_eval_len_mean": float(np.mean(lengths)),
+                            "final_eval_correct": "".join(str(c) for c in per_task) if k == 1 else per_task.tolist()}
+            n, per_task = n_main, per_task[:n_main]
+            correct, rewards, lengths, records = (x[:n_main * k] for x in (correct, rewards, lengths, records))
         # eval_correct: per-task results in task order (a 0/1 string, or correct counts out of eval_samples), so two
         # runs on the same tasks can be compared pairwise
         out = {"eval_accuracy": float(np.mean(correct)), "eval_reward": float(np.mean(rewards)),
                "eval_len_mean": float(np.mean(lengths)), "eval_n": n, "eval_samples": k,
                "eval_s": time.perf_counter() - t0,
-               "eval_correct": "".join(str(c) for c in per_task) if k == 1 else per_task.tolist()}
+               "eval_correct": "".join(str(c) for c in per_task) if k == 1 else per_task.tolist(), **final_fields}
         task_meta = getattr(self.eval_env.unwrapped.source.task(0), "metadata", None) or {}
         if k > 1 and "numbers" in task_meta and "target" in task_meta:
             # Countdown: how many distinct correct solutions per problem, and how varied their first operations are
@@ -677,7 +701,7 @@ class Trainer:
             self.metrics.write(record)
             last = self.step == cfg.steps or self.over_flop_budget()
             if cfg.eval_size and (last or (cfg.eval_every and self.step % cfg.eval_every == 0)):
-                ev = self.evaluate()
+                ev = self.evaluate(final=last)
                 self.metrics.write({"kind": "eval", "step": self.step, **ev})
                 record.update(ev)
             if last or (cfg.checkpoint_every and self.step % cfg.checkpoint_every == 0):

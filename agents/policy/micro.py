@@ -84,7 +84,9 @@ def micro_tokenizer() -> Any:
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
-    words = sorted(set(_WORDS), key=len, reverse=True)
+    # Longest first (the regex alternation must try a word before its prefixes), ties by the word itself: a set's
+    # order changes with PYTHONHASHSEED, and the vocabulary's ids (so the initial weights' meaning) must not.
+    words = sorted(dict.fromkeys(_WORDS), key=lambda w: (-len(w), w))
     punct = [c for c in string.punctuation]
     pieces: list[str] = []
     for space in ("", " "):
