@@ -109,3 +109,75 @@ def test_ray_actors_match_inprocess_clients_and_survive_a_killed_actor(tmp_path,
     assert [r["clients"] for r in remote_records if r["kind"] == "train"] == [2, 1, 2]
     assert remote_records == local_records
     torch.testing.assert_close(server_weights(remote), server_weights(local), atol=0, rtol=0)
+
+
+class _StubTrainer:
+    """The parts of a Trainer that ``federated_step`` reads, with a plain SGD(lr=1) server optimizer: a server step
+    is then ``theta <- theta - g = theta + sum_k w_k Delta_k``, so the merged update can be checked exactly."""
+
+    def __init__(self, theta: torch.Tensor):
+        self.model = torch.nn.Module()
+        self.model.theta = torch.nn.Parameter(theta.clone())
+        self.trainable = ["theta"]
+        self.optimizer = torch.optim.SGD(self.model.parameters(), lr=1.0)
+        self.cfg = type("Cfg", (), {"to_dict": staticmethod(lambda: {})})()
+        self.engine = type("Engine", (), {"sync_weights": staticmethod(lambda model: None)})()
+        self.step, self.rollouts_total, self.tokens_total = 1, 0, 0
+        self.flops = {"generation": 0.0, "training": 0.0}
+
+    def flop_record(self) -> dict:
+        return {}
+
+
+def _result(client: int, reward: float, delta: list[float]) -> dict:
+    return {"client": client, "reward": reward, "delta": {"theta": torch.tensor(delta, dtype=torch.float64)},
+            "means": {"reward_mean": reward}, "rollouts": 4, "tokens": 8, "flops_generation": 0.0,
+            "flops_training": 0.0}
+
+
+def test_server_step_merges_the_client_updates_with_the_gain_weights(monkeypatch):
+    agg = build("aggregator", "fgrpo", {"clients": CLIENTS, "tau": 0.5, "ema": 0.5})
+    theta0 = torch.tensor([1.0, -2.0], dtype=torch.float64)
+    tr = _StubTrainer(theta0)
+    rounds = iter([
+        # round 0: first rewards set the baselines (0.2, 0.8), every gain 0 -> weights 1/2, 1/2
+        [_result(0, 0.2, [1.0, 0.0]), _result(1, 0.8, [0.0, 4.0])],
+        # round 1: gains 0.2 + ln(3)/2 - 0.2 = ln(3)/2 (client 0) and 0 (client 1); softmax(gain / 0.5) = (3/4, 1/4)
+        # although client 1's reward (0.8) is the higher one
+        [_result(0, 0.2 + math.log(3) / 2, [2.0, 0.0]), _result(1, 0.8, [0.0, -4.0])],
+    ])
+    monkeypatch.setattr(agg, "_round", lambda cfg, params, r: next(rounds))
+
+    first = agg.federated_step(tr)
+    theta1 = theta0 + 0.5 * torch.tensor([1.0, 0.0], dtype=torch.float64) + 0.5 * torch.tensor([0.0, 4.0],
+                                                                                              dtype=torch.float64)
+    torch.testing.assert_close(tr.model.theta.detach(), theta1)  # (1.5, 0.0)
+    assert first["weight_client0"] == pytest.approx(0.5) and first["weight_client1"] == pytest.approx(0.5)
+
+    tr.step = 2
+    second = agg.federated_step(tr)
+    theta2 = theta1 + 0.75 * torch.tensor([2.0, 0.0], dtype=torch.float64) + 0.25 * torch.tensor([0.0, -4.0],
+                                                                                                dtype=torch.float64)
+    torch.testing.assert_close(tr.model.theta.detach(), theta2)  # (3.0, -1.0); a plain average gives (2.5, -2.0)
+    assert second["weight_client0"] == pytest.approx(0.75) and second["weight_client1"] == pytest.approx(0.25)
+    assert second["weight_max"] == pytest.approx(0.75) and second["weight_min"] == pytest.approx(0.25)
+    # baselines: b <- b + 0.5 (r - b)
+    assert agg.baselines == [pytest.approx(0.2 + math.log(3) / 4), pytest.approx(0.8)]
+
+
+def test_recorded_round_weights_are_the_softmax_of_the_clients_gains(tmp_path):
+    # The toy run's own rounds: each round's recorded weights, recomputed from the recorded rewards (first round: the
+    # baseline, gain 0; then gain = r - b, b <- b + ema (r - b); softmax(gain / tau)).
+    tau, ema = 0.5, 0.5
+    records = fed_trainer(tmp_path / "w", steps=6, tau=tau, ema=ema).run(resume=False)
+    train = [r for r in records if r["kind"] == "train"]
+    base = [None, None]
+    moved = False
+    for rec in train:
+        rewards = [rec["reward_client0"], rec["reward_client1"]]
+        gains = [0.0 if b is None else r - b for r, b in zip(rewards, base)]
+        base = [r if b is None else b + ema * (r - b) for r, b in zip(rewards, base)]
+        z = np.exp(np.asarray(gains) / tau - max(gains) / tau)
+        np.testing.assert_allclose([rec["weight_client0"], rec["weight_client1"]], z / z.sum(), rtol=1e-12)
+        moved |= abs(rec["weight_client0"] - 0.5) > 1e-3
+    assert moved  # some round's weights are not uniform (else this test could not tell them from a plain average)

@@ -110,7 +110,8 @@ def test_rredcot_golden_group_zscore():
     # dV: row 0 [-1 - -3, -2 - -1] = [2, -1]; row 1 [-4 - -3] = [-1]. Group z-score over [2, -1, -1]: mean 0,
     # population std sqrt(6/3) = sqrt 2 -> [sqrt 2, -1/sqrt 2, -1/sqrt 2]. GRPO A = +-1/sqrt 2.
     assert est.last_delta == [[2.0, -1.0], [-1.0]]
-    want0 = [A + 0.5 * R2] * 3 + [A - 0.5 / R2] * 3 + [A] * (len(b.response_ids[0]) - 6)  # 1.414, .354, .707
+    # tied to the outcome: row 0 is correct, so its second segment's -1/sqrt 2 is cut to 0 (row 1 is wrong: kept)
+    want0 = [A + 0.5 * R2] * 3 + [A] * 3 + [A] * (len(b.response_ids[0]) - 6)  # 1.414, .707, .707
     want1 = [-A - 0.5 / R2] * 2 + [-A] * (len(b.response_ids[1]) - 2)  # -1.061, then -.707 on the answer
     assert adv[0].tolist() == pytest.approx(want0, abs=1e-5)
     assert adv[1, : len(want1)].tolist() == pytest.approx(want1, abs=1e-5)
@@ -118,6 +119,10 @@ def test_rredcot_golden_group_zscore():
     m = est.metrics()
     assert m["scoring_sequences"] == 5 and m["segments"] == 3 and m["scored_rows"] == 2 and m["fallback_rows"] == 0
     assert m["dv_mean"] == pytest.approx(0.0) and m["dv_abs_mean"] == pytest.approx(4 / 3)
+    assert m["gated_segments"] == 1 and m["answers_mean"] == 1  # "x" is no valid expression: the gold alone
+    ungated = build("advantage", "rredcot", {"beta": 0.5, "outcome_gate": False})  # the earlier reading
+    ungated.bind(SimpleNamespace(logprobs=scorer.logprobs, tokenizer=TOK))
+    assert ungated(b)[0, 3] == pytest.approx(A - 0.5 / R2, abs=1e-5)  # .354
 
 
 @pytest.mark.parametrize(("normalize", "seg"), [
@@ -127,7 +132,7 @@ def test_rredcot_golden_group_zscore():
 ])
 def test_rredcot_normalizations(normalize, seg):
     b = rredcot_golden_batch()
-    est = build("advantage", "rredcot", {"beta": 1.0, "normalize": normalize})
+    est = build("advantage", "rredcot", {"beta": 1.0, "normalize": normalize, "outcome_gate": False})
     est.bind(SimpleNamespace(logprobs=FakeScorer({"": -3.0, "ab\n": -1.0, "ab\ncd\n": -2.0, "e\n": -4.0}).logprobs))
     adv = est(b)
     assert [float(adv[0, 0]), float(adv[0, 3]), float(adv[1, 0])] == pytest.approx(

@@ -186,6 +186,8 @@ class AgonOrchestrator(Component):
             messages = with_draft(g["messages"], drafts.texts[i], self.template)
             solve_groups[f"{gid}#{i}"] = {**g, "messages": messages, "prompt": solver.policy.prompt_text(messages)}
         answers = self._batch(solver, solve_groups, 1, seed + 1)
+        if list(answers.group_ids) != list(solve_groups):  # each reward pairs a draft with the answer that read it
+            raise RuntimeError("agon: the solver's answers came back in another order than the drafts they read")
         answers.group_ids = [gid.split("#", 1)[0] for gid in answers.group_ids]  # a prompt's n answers: one group
         r_draft, r_solve = agon_rewards(drafts.correct, answers.correct, self.beta)
         t_gen = time.perf_counter() - t0

@@ -15,6 +15,12 @@ Our reading (shared/specs/methods.md; all are hyper-parameters):
   highest headroom only; groups with drift above ``max_drift`` are skipped, the ``replay`` best of the rest replayed.
 - the buffer keeps the ``capacity`` newest groups with reward variance, none older than ``max_age`` steps; a group is
   replayed at most ``max_replays`` times.
+- ``replay``, ``capacity`` and ``candidates`` are counts per step, so they mean another method when a lane changes
+  the prompts a step: 4 replayed beside 8 fresh groups is a third of the trained groups, beside 32 a ninth. With
+  ``per_prompts`` (the prompts a step the counts were written for) each count is scaled by ``prompts_per_step /
+  per_prompts`` (the run's config, else the fresh batch's groups), rounded, at least 1: the replay share of the
+  trained groups, the buffer's depth in steps and the drift checks per replayed group stay as written. Unset: the
+  counts are taken as they are (absolute).
 ``replay_uniform`` replays ``replay`` stored groups drawn uniformly, without headroom or drift.
 """
 
@@ -33,19 +39,33 @@ from agents.grpo.registry import SeededComponent, register
 class _Buffer(SeededComponent):
     """Stored groups (plain-data ``GroupBatch`` dicts, advantages included) and their replay counts."""
 
-    def __init__(self, replay: int = 4, capacity: int = 64, max_age: int = 10, max_replays: int = 2, seed: int = 0):
+    def __init__(self, replay: int = 4, capacity: int = 64, max_age: int = 10, max_replays: int = 2, seed: int = 0,
+                 per_prompts: int | None = None):
         if replay < 0 or capacity < 1 or max_age < 1 or max_replays < 1:
             raise ValueError(f"{self.name}: need replay >= 0, capacity >= 1, max_age >= 1, max_replays >= 1; got "
                              f"{replay}, {capacity}, {max_age}, {max_replays}")
+        if per_prompts is not None and int(per_prompts) < 1:
+            raise ValueError(f"{self.name}: per_prompts must be >= 1 (or unset), got {per_prompts}")
         super().__init__(seed)
+        self.per_prompts = None if per_prompts is None else int(per_prompts)
+        self.prompts: int | None = None  # the run's prompts a step (bind), what the counts are scaled to
         self.replay, self.capacity, self.max_age, self.max_replays = int(replay), int(capacity), int(max_age), \
             int(max_replays)
         self.groups: list[dict[str, Any]] = []  # {"batch": GroupBatch fields, "step", "task", "replays"}
         self.services: Any = None
         self.replayed = 0
+        self.quota = self.replay
 
     def bind(self, services: Any) -> None:
         self.services = services
+        self.prompts = getattr(getattr(services, "cfg", None), "prompts_per_step", None)
+
+    def scaled(self, count: int, batch: GroupBatch) -> int:
+        """A per-step count as written for ``per_prompts`` prompts, at this run's prompts a step."""
+        if self.per_prompts is None or count == 0:
+            return count
+        prompts = self.prompts or batch.num_groups  # unbound (a bare test): the fresh batch's groups
+        return max(1, round(count * prompts / self.per_prompts))
 
     def _store(self, batch: GroupBatch) -> None:
         inverse, keys = batch.group_index()
@@ -57,7 +77,8 @@ class _Buffer(SeededComponent):
             part = batch.select(rows)
             self.groups.append({"batch": part.to_record(), "step": int(batch.step), "task": task_of(gid),
                                 "replays": 0})
-        self.groups = [g for g in self.groups if batch.step - g["step"] < self.max_age][-self.capacity:]
+        capacity = self.scaled(self.capacity, batch)
+        self.groups = [g for g in self.groups if batch.step - g["step"] < self.max_age][-capacity:]
 
     def _restore(self, g: dict[str, Any], tokenizer: Any) -> GroupBatch:
         part = GroupBatch(**g["batch"], tokenizer=tokenizer)
@@ -69,7 +90,8 @@ class _Buffer(SeededComponent):
 
     def __call__(self, batch: GroupBatch) -> GroupBatch:
         self._learn(batch)
-        picked = self.choose(batch) if self.replay else []
+        self.quota = self.scaled(self.replay, batch)  # what choose() fills this step
+        picked = self.choose(batch) if self.quota else []
         self.replayed = len(picked)
         parts = [batch]
         for i in picked:
@@ -87,7 +109,8 @@ class _Buffer(SeededComponent):
         """Hook for what the component learns from the fresh batch before choosing."""
 
     def metrics(self) -> dict[str, float]:
-        return {"replayed_groups": float(self.replayed), "stored_groups": float(len(self.groups))}
+        return {"replayed_groups": float(self.replayed), "stored_groups": float(len(self.groups)),
+                "replay_quota": float(self.quota)}
 
     def state_dict(self) -> dict[str, Any]:
         return {**super().state_dict(), "groups": [dict(g) for g in self.groups]}
@@ -100,8 +123,9 @@ class _Buffer(SeededComponent):
 @register("headroom_drift", stage="replay_buffer")
 class HeadroomDriftReplay(_Buffer):
     def __init__(self, replay: int = 4, capacity: int = 64, max_age: int = 10, max_replays: int = 2,
-                 max_drift: float = 0.1, candidates: int = 8, prior: float = 2.0, decay: float = 1.0, seed: int = 0):
-        super().__init__(replay, capacity, max_age, max_replays, seed)
+                 max_drift: float = 0.1, candidates: int = 8, prior: float = 2.0, decay: float = 1.0, seed: int = 0,
+                 per_prompts: int | None = None):
+        super().__init__(replay, capacity, max_age, max_replays, seed, per_prompts)
         if max_drift <= 0 or candidates < 1:
             raise ValueError(f"headroom_drift: need max_drift > 0 and candidates >= 1; got {max_drift}, {candidates}")
         self.max_drift, self.candidates = float(max_drift), int(candidates)
@@ -129,14 +153,14 @@ class HeadroomDriftReplay(_Buffer):
         order = sorted(range(len(self.groups)), key=lambda i: (-self.headroom(self.groups[i]), -self.groups[i]["step"]))
         picked, drifts = [], []
         self.gated = 0
-        for i in order[: self.candidates]:
+        for i in order[: self.scaled(self.candidates, batch)]:
             d = self.drift(self._restore(self.groups[i], batch.tokenizer))
             drifts.append(d)
             if d > self.max_drift:
                 self.gated += 1
                 continue
             picked.append(i)
-            if len(picked) == self.replay:
+            if len(picked) == self.quota:
                 break
         self.drift_mean = sum(drifts) / len(drifts) if drifts else 0.0
         return picked
@@ -155,7 +179,7 @@ class HeadroomDriftReplay(_Buffer):
 @register("replay_uniform", stage="replay_buffer")
 class UniformReplay(_Buffer):
     def choose(self, batch: GroupBatch) -> list[int]:
-        k = min(self.replay, len(self.groups))
+        k = min(self.quota, len(self.groups))
         return sorted(int(i) for i in self.rng.choice(len(self.groups), size=k, replace=False)) if k else []
 
 

@@ -1,23 +1,39 @@
 """RREDCoT, reward redistribution for chains of thought (seed 004). Stage: AdvantageEstimator.
 
 The terminal reward of a chain of thought is redistributed over its segments with the model itself as the value
-function, without generating anything: the value of a prefix is how likely the model finds the gold answer after it.
+function, without generating anything: the value of a prefix is how likely the model finds a correct answer after it.
 For a response y of row i, split into reasoning segments s_1..s_J with token bounds b_0 = 0 < b_1 < ... < b_J:
 
-    V(b)    = log pi(a* | x, y_<b)          (teacher-forced, no gradient; a* the gold-answer continuation)
-    dV_j    = V(b_j) - V(b_{j-1})           (segment j's redistributed reward: how much it moved the model to a*)
-    A_it    = A_i + beta * norm(dV)_j       for the tokens t of segment j
+    V(b)    = log sum_{a in A*} pi(a | x, y_<b)   (teacher-forced, no gradient; A* the answers the verifier accepts)
+    dV_j    = V(b_j) - V(b_{j-1})           (segment j's redistributed reward: how much it moved the model to A*)
+    c_j     = norm(dV)_j, then tied to the outcome: max(c_j, 0) for a correct row, min(c_j, 0) for a wrong one
+    A_it    = A_i + beta * c_j              for the tokens t of segment j
     A_it    = A_i                           for the answer tokens after the reasoning, and for rows without a gold answer
     A_it    = 0                             on padding
 
 A_i is the group advantage (GRPO's z-score by default). The dV of one row telescope to V(end of reasoning) - V(start):
-a row's segments share the change in the model's belief in the gold answer that its reasoning brought.
+a row's segments share the change in the model's belief in a correct answer that its reasoning brought.
+
+Two readings fixed after the micro-lane collapse (issue 45's review), both ours:
+- *A correct answer, not the gold one.* Countdown has many valid expressions; scoring only the task's gold expression
+  made a trace that found another solution lose value at its last line (the model then expects its own expression,
+  not the gold one), so correct search was paid as if it led away from the answer. A* is now the gold continuation
+  plus the group's own final expressions that the env's Countdown verifier (``rlvr_envs.verifiers.countdown``)
+  accepts, most written first, at most ``max_answers`` (1: the gold answer alone, the earlier reading); the value
+  is the model's probability of writing any of them (``logsumexp`` over A*). Tasks without a ``{solution}`` slot in
+  the template (a single numeric answer) keep the gold continuation alone.
+- *Credit tied to the outcome* (``outcome_gate``, default on). Centred z-scoring over an all-wrong group gives about
+  half its segments positive credit: the policy was paid for reasoning that ended wrong (on SmolLM2 for an empty
+  answer box, which raises the model's likelihood of the gold line). The value now decides *which* segments of a
+  row carry its outcome, not its sign: a wrong row's segments get no positive credit, a correct row's no negative;
+  an all-wrong group (A_i = 0) is pushed only away from its lowest-dV segments. ``outcome_gate = false`` gives the
+  earlier, ungated credit.
 
 Our reading (the abstract names the idea, not these details; each is a hyper-parameter):
 - ``split``: segments are the response's lines (``"lines"``, one search step of a micro-lane Countdown trace),
   ``"tokens=K"`` chunks of K tokens, or ``"regex=PATTERN"`` cuts after every match. At most ``max_segments`` reasoning
-  segments per row: beyond that, adjacent segments merge at evenly spaced cuts (the scoring pass costs J + 1
-  sequences per row).
+  segments per row: beyond that, adjacent segments merge at evenly spaced cuts (the scoring pass costs
+  (J + 1) x |A*| sequences per row).
 - ``answer_marker``: the reasoning ends where the response's answer begins (``"<answer>"``, the micro lane's format);
   the answer tokens keep the plain group advantage (their credit is the outcome itself). ``""``: the whole response is
   reasoning. A response that opens with the answer has no reasoning segments: group advantage.
@@ -25,7 +41,8 @@ Our reading (the abstract names the idea, not these details; each is a hyper-par
   ``"<answer>{solution}</answer>"`` for Countdown tasks (metadata numbers and solution: what a trace ends with,
   written right after a line break), else ``"\\nThe answer is {answer}"``; a row whose template cannot be filled (no
   gold answer) gets the group advantage. a* is tokenized on its own and scored after the prefix's own token ids.
-- ``value``: ``"logprob"`` (sum over a*'s tokens, the default), ``"mean_logprob"`` (per token), ``"prob"`` (exp of the sum).
+- ``value``: ``"logprob"`` (sum over a*'s tokens, the default; over A*: log of the summed probabilities),
+  ``"mean_logprob"`` (per token; over A*: the best answer's), ``"prob"`` (exp of the sum; over A*: the sum, at most 1).
   Scored at temperature 1 (the model's own distribution), with the current weights, through the trainer's log-prob
   service (one batched no-grad pass, counted in the run's FLOPs).
 - ``normalize``: ``"group"`` z-scores dV over every segment of the group's rows (so beta is in units of the
@@ -47,6 +64,8 @@ from agents.grpo.batch import GroupBatch, Sample
 from agents.grpo.comparisons import Comparison, declare
 from agents.grpo.registry import Component, register
 from agents.grpo.segments import evenly, line_spans, parse_split, token_ends, token_segments
+from rlvr_envs.extract import answer_tag
+from rlvr_envs.verifiers.countdown import verify as countdown_verify
 
 COUNTDOWN_TEMPLATE = "<answer>{solution}</answer>"
 GENERIC_TEMPLATE = "\nThe answer is {answer}"
@@ -80,15 +99,22 @@ def reasoning_bounds(text: str, ends: list[int], split: tuple[str, Any], marker:
     return [0, *evenly(inner, max_segments - 1), last]
 
 
-def gold_continuation(info: dict[str, Any], template: str) -> str | None:
-    """The gold-answer text a* for a row, or None when the task has none (or the template names a missing field)."""
+def _template(info: dict[str, Any], template: str) -> str:
+    meta = info.get("metadata") if isinstance(info.get("metadata"), dict) else {}
+    if template != "auto":
+        return template
+    countdown = meta.get("numbers") is not None and meta.get("solution") not in (None, "")
+    return COUNTDOWN_TEMPLATE if countdown else GENERIC_TEMPLATE
+
+
+def gold_continuation(info: dict[str, Any], template: str, solution: str | None = None) -> str | None:
+    """The gold-answer text a* for a row (with ``solution`` in place of the task's own, if given), or None when the
+    task has none (or the template names a missing field)."""
     meta = info.get("metadata") or {}
     if not isinstance(meta, dict):
         meta = {}
-    if template == "auto":
-        countdown = meta.get("numbers") is not None and meta.get("solution") not in (None, "")
-        template = COUNTDOWN_TEMPLATE if countdown else GENERIC_TEMPLATE
-    fields = {**meta, "answer": info.get("answer")}
+    template = _template(info, template)
+    fields = {**meta, "answer": info.get("answer"), **({"solution": solution} if solution else {})}
     try:
         names = [name for _, name, _, _ in string.Formatter().parse(template) if name]
     except ValueError:
@@ -101,11 +127,57 @@ def gold_continuation(info: dict[str, Any], template: str) -> str | None:
         return None
 
 
+def verified_solutions(infos: list[dict[str, Any]], texts: list[str]) -> list[str]:
+    """The distinct final ``<answer>`` expressions of a group's responses that the env's Countdown verifier accepts
+    for the task, most written first (ties: first written). Empty for a task without numbers and target."""
+    info = infos[0] if infos else {}
+    meta = info.get("metadata") if isinstance(info.get("metadata"), dict) else {}
+    try:
+        numbers = [int(x) for x in meta["numbers"]]
+        target = int(meta.get("target", info.get("answer")))
+    except (KeyError, TypeError, ValueError):
+        return []
+    counts: dict[str, int] = {}
+    for text in texts:
+        expr = answer_tag(text or "")
+        # graded on its own, as the continuation the value will score: the expression, not the text around it
+        if expr and countdown_verify(numbers, target, f"<answer>{expr}</answer>").correct:
+            counts[expr] = counts.get(expr, 0) + 1
+    return sorted(counts, key=lambda e: -counts[e])  # stable: ties keep the order written
+
+
+def correct_continuations(info: dict[str, Any], template: str, solutions: list[str], max_answers: int) -> list[str]:
+    """A* for a row: the gold continuation first, then (for a template with a ``{solution}`` slot) the same template
+    around each verified solution of the group, distinct, at most ``max_answers``."""
+    gold = gold_continuation(info, template)
+    if gold is None:
+        return []
+    out = [gold]
+    if "{solution}" in _template(info, template):
+        for expr in solutions:
+            text = gold_continuation(info, template, solution=expr)
+            if text is not None and text not in out:
+                out.append(text)
+    return out[:max_answers]
+
+
+def _aggregate(values: list[float], how: str) -> float:
+    """The value of "some answer in A*" from the per-answer values: probabilities add (``logprob``: logsumexp)."""
+    if how == "prob":
+        return min(1.0, sum(values))
+    if how == "mean_logprob":
+        return max(values)
+    top = max(values)
+    if not math.isfinite(top):
+        return top
+    return top + math.log(sum(math.exp(v - top) for v in values))
+
+
 @register("rredcot", stage="advantage")
 class RREDCoTAdvantage(Component):
     def __init__(self, beta: float = 0.5, split: str = "lines", max_segments: int = 32, answer_marker: str = "<answer>",
                  template: str = "auto", value: str = "logprob", normalize: str = "group", base: str = "grpo",
-                 eps: float = 1e-6, unbiased: bool = True):
+                 eps: float = 1e-6, unbiased: bool = True, max_answers: int = 4, outcome_gate: bool = True):
         if not math.isfinite(float(beta)):
             raise ValueError(f"beta must be finite, got {beta}")
         if int(max_segments) < 1:
@@ -120,6 +192,9 @@ class RREDCoTAdvantage(Component):
             raise ValueError(f"template must be 'auto' or a format string, got {template!r}")
         if float(eps) <= 0:
             raise ValueError(f"eps must be > 0, got {eps}")
+        if int(max_answers) < 1:
+            raise ValueError(f"max_answers must be >= 1, got {max_answers}")
+        self.max_answers, self.outcome_gate = int(max_answers), bool(outcome_gate)
         self.beta, self.max_segments, self.answer_marker = float(beta), int(max_segments), str(answer_marker or "")
         self.split, self._split = split, parse_split(split)
         self.template, self.value, self.normalize, self.eps = template, value, normalize, float(eps)
@@ -137,19 +212,22 @@ class RREDCoTAdvantage(Component):
     def _tokenizer(self, batch: GroupBatch) -> Any:
         return batch.tokenizer if batch.tokenizer is not None else getattr(self.services, "tokenizer", None)
 
-    def plan(self, batch: GroupBatch) -> tuple[list[list[int]], list[list[int] | None]]:
-        """Per row: the reasoning token bounds (``[]`` = no segments) and the gold continuation's token ids."""
+    def plan(self, batch: GroupBatch) -> tuple[list[list[int]], list[list[list[int]] | None]]:
+        """Per row: the reasoning token bounds (``[]`` = no segments) and the token ids of each answer in A*."""
         tok = self._tokenizer(batch)
         bounds: list[list[int]] = []
-        answers: list[list[int] | None] = []
+        answers: list[list[list[int]] | None] = []
+        solutions = {g: verified_solutions([batch.infos[i] or {} for i in rows], [batch.texts[i] for i in rows])
+                     for g, rows in batch.groups().items()}
         for i in range(len(batch)):
             ids = batch.response_ids[i]
-            gold = gold_continuation(batch.infos[i] or {}, self.template)
-            if tok is None or gold is None or not ids:
+            conts = correct_continuations(batch.infos[i] or {}, self.template, solutions[batch.group_ids[i]],
+                                          self.max_answers)
+            if tok is None or not conts or not ids:
                 bounds.append([])
                 answers.append(None)
                 continue
-            answer_ids = list(tok(gold, add_special_tokens=False)["input_ids"])
+            answer_ids = [a for a in (list(tok(c, add_special_tokens=False)["input_ids"]) for c in conts) if a]
             ends = token_ends(tok, ids)
             text = tok.decode(ids, skip_special_tokens=True)  # the text the ends index (engines' text may differ)
             b = reasoning_bounds(text, ends, self._split, self.answer_marker, self.max_segments) if answer_ids else []
@@ -157,15 +235,17 @@ class RREDCoTAdvantage(Component):
             answers.append(answer_ids if len(b) >= 2 else None)
         return bounds, answers
 
-    def values(self, batch: GroupBatch, bounds: list[list[int]], answers: list[list[int] | None]) -> list[list[float]]:
-        """V at every bound of every row, from one batched call of the log-prob service."""
+    def values(self, batch: GroupBatch, bounds: list[list[int]], answers: list[list[list[int]] | None]
+               ) -> list[list[float]]:
+        """V at every bound of every row (over the row's A*), from one batched call of the log-prob service."""
         samples, where = [], []
-        for i, (b, ans) in enumerate(zip(bounds, answers)):
-            for k in b:
-                samples.append(Sample(group_id=f"rredcot:{i}:{k}", prompt="",
-                                      prompt_ids=list(batch.prompt_ids[i]) + list(batch.response_ids[i][:k]),
-                                      response_ids=list(ans), text="", reward=0.0))
-                where.append(i)
+        for i, (b, conts) in enumerate(zip(bounds, answers)):
+            for j, k in enumerate(b):
+                for a, ans in enumerate(conts or []):
+                    samples.append(Sample(group_id=f"rredcot:{i}:{k}:{a}", prompt="",
+                                          prompt_ids=list(batch.prompt_ids[i]) + list(batch.response_ids[i][:k]),
+                                          response_ids=list(ans), text="", reward=0.0))
+                    where.append((i, j))
         out: list[list[float]] = [[] for _ in bounds]
         if not samples:
             return out
@@ -173,13 +253,17 @@ class RREDCoTAdvantage(Component):
         lp = self.services.logprobs(scoring, list(range(len(scoring))))
         lp = (lp.double() * scoring.response_mask[:, : lp.shape[1]]).sum(1)
         lengths = scoring.response_lengths.double()
-        for row, total, n in zip(where, lp.tolist(), lengths.tolist()):
+        per: dict[tuple[int, int], list[float]] = {}
+        for key, total, n in zip(where, lp.tolist(), lengths.tolist()):
             if self.value == "mean_logprob":
                 total /= max(1.0, n)
             elif self.value == "prob":
                 total = math.exp(min(total, 0.0))  # a log-prob is never above 0; guard a service that says otherwise
-            out[row].append(float(total))
+            per.setdefault(key, []).append(float(total))
+        for i, b in enumerate(bounds):
+            out[i] = [_aggregate(per[(i, j)], self.value) for j in range(len(b))] if b else []
         self._metrics["scoring_sequences"] = float(len(samples))
+        self._metrics["answers_mean"] = float(sum(len(a) for a in answers if a) / max(1, sum(1 for a in answers if a)))
         return out
 
     # -- advantages ------------------------------------------------------------------------------------------------
@@ -208,7 +292,7 @@ class RREDCoTAdvantage(Component):
         return out
 
     def __call__(self, batch: GroupBatch) -> torch.Tensor:
-        self._metrics = {"scoring_sequences": 0.0}
+        self._metrics = {"scoring_sequences": 0.0, "answers_mean": 0.0}
         base = self.base(batch).double()
         mask = batch.response_mask
         adv = base[:, None].expand_as(mask).clone()
@@ -223,6 +307,12 @@ class RREDCoTAdvantage(Component):
             deltas = [d if all(math.isfinite(x) for x in d) else [] for d in deltas]  # -inf log-probs: no credit
             bounds = [b if d else [] for b, d in zip(bounds, deltas)]
         credits = self._normalized(batch, deltas)
+        gated = 0
+        if self.outcome_gate:  # the value places the row's outcome on its segments; it never flips its sign
+            correct = batch.correct.tolist()
+            tied = [[max(x, 0.0) if ok else min(x, 0.0) for x in c] for c, ok in zip(credits, correct)]
+            gated = sum(1 for c, t in zip(credits, tied) for x, y in zip(c, t) if x != y)
+            credits = tied
         for i, (b, c) in enumerate(zip(bounds, credits)):
             for j, x in enumerate(c):
                 adv[i, b[j]:b[j + 1]] += self.beta * x
@@ -230,7 +320,7 @@ class RREDCoTAdvantage(Component):
         flat = [x for d in deltas for x in d]
         scored = sum(1 for b in bounds if b)
         self._metrics.update(scored_rows=float(scored), fallback_rows=float(len(batch) - scored),
-                             segments=float(len(flat)),
+                             segments=float(len(flat)), gated_segments=float(gated),
                              dv_mean=float(sum(flat) / len(flat)) if flat else 0.0,
                              dv_abs_mean=float(sum(abs(x) for x in flat) / len(flat)) if flat else 0.0)
         return (adv * mask).float()
