@@ -79,6 +79,11 @@ def rows(results: dict[str, dict]) -> tuple[list[str], list[str]]:
             f"{again['verdict']} | {status['status']} | {(r.get('commit') or '?')[:7]} |")
         if status["reasons"]:
             notes.append(f"- {label} ({r['lane']}): {'; '.join(status['reasons'])}.")
+    for name, c in declared.items():  # declared, never measured: said, not left out
+        if c.result_name not in results:
+            lines.append(f"| {c.method} vs {c.baseline}" + (f" ({c.tag})" if c.tag else "") +
+                         f" | {c.lane} | 0/{len(c.seeds)} | {c.metric} | - | - | - | - | - | not run | - | - |")
+            notes.append(f"- {name}: declared, no result yet (`python -m agents.grpo.regression -k {name}`).")
     return lines, notes
 
 
