@@ -454,3 +454,23 @@ def test_train_records_count_unverifiable_verdicts_apart(tmp_path):
     flagged = [info["verdict"] == "unverifiable" for info in batch.infos]
     assert gen["unverifiable_rate"] == pytest.approx(sum(flagged) / len(flagged)) and 0 < sum(flagged) < len(flagged)
     assert all(r == 0 for r, f in zip(batch.base_rewards.tolist(), flagged) if f)
+
+
+def test_the_final_eval_reads_a_larger_set_whose_first_chunk_is_the_curves_eval(tmp_path):
+    """final_eval_size: the last eval scores more tasks (final_eval_* fields) while its eval_* fields cover the
+    curve's eval_size tasks with the same draws as every other eval of the run; decoded eval_size tasks at a time."""
+    t = trainer(tmp_path, eval_size=3, final_eval_size=10, eval_samples=2, eval_temperature=1.0,
+                eval_env=make_env(12))
+    calls = []
+    generate = t.engine.generate
+    t.engine.generate = lambda prompts, n, sampling: calls.append(len(prompts)) or generate(prompts, n, sampling)
+    curve, final = t.evaluate(), t.evaluate(final=True)
+    assert calls == [3, 3, 3, 3, 1]  # the curve's eval, then the final set in chunks of eval_size
+    assert final["eval_n"] == 3 and final["final_eval_n"] == 10 and len(final["final_eval_correct"]) == 10
+    assert final["eval_correct"] == curve["eval_correct"] == final["final_eval_correct"][:3]
+    assert final["final_eval_accuracy"] == pytest.approx(sum(final["final_eval_correct"]) / 20)
+    assert "final_eval_n" not in curve
+    records = trainer(tmp_path / "run", steps=2, eval_every=1, eval_size=2, final_eval_size=4,
+                      eval_env=make_env(6)).run(resume=False)
+    evals = [r for r in records if r["kind"] == "eval"]
+    assert [("final_eval_n" in r) for r in evals] == [False, False, True]  # only the run's last eval
