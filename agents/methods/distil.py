@@ -14,6 +14,10 @@ Our reading (each a hyper-parameter):
   ``{verdict}`` ("correct" / "incorrect"), ``{answer}`` (what the env parsed from the response, "none" if nothing) and
   ``{solution}`` (``opsd.reference_solution``), appended to the last user message. Every row's expert thus sees its own
   attempt judged, which is what distinguishes DistIL's rich-feedback expert from OPSD's fixed privileged view.
+- the expert's weights: the policy being trained (``teacher = "live"``, the default): the paper's expert is the
+  current model with a stop-gradient, so it improves with the student (the DAgger reading). ``teacher = "initial"``
+  reads the feedback with the start policy, frozen (OPSD's default, the same trainer path); on the micro lane it did
+  not prevent the collapse (issue 45).
 - ``rl_coef`` > 0 adds the recipe's PPO-clip policy-gradient loss (0 by default: the imitation objective alone).
 """
 
@@ -38,11 +42,12 @@ class DistILLoss(OPSDLoss):
     divergence = "forward_ce"
 
     def __init__(self, feedback: str = DEFAULT_FEEDBACK, rl_coef: float = 0.0,
-                 aggregation: str = "seq-mean-token-mean", **kwargs: Any):
+                 aggregation: str = "seq-mean-token-mean", teacher: str = "live", **kwargs: Any):
         for field in ("{verdict}", "{solution}"):
             if field not in feedback:
                 raise ValueError(f"distil: feedback must contain {field}, got {feedback!r}")
-        super().__init__(template="{solution}", rl_coef=rl_coef, aggregation=aggregation, **kwargs)
+        # the default differs from OPSD's on purpose: DistIL's expert is the live model (see the module docstring)
+        super().__init__(template="{solution}", rl_coef=rl_coef, aggregation=aggregation, teacher=teacher, **kwargs)
         self.feedback = feedback
 
     def teacher_prompt_ids(self, batch: GroupBatch, rows: Sequence[int]) -> list[list[int]]:

@@ -16,6 +16,14 @@ conflicts early). Evaluation reports the env's base reward only (the trainer's e
 Our reading (hyper-parameters): the cap 1.5 applies to the shaped reward of phase 1 (r = min(r, cap)); std_g is the
 population std (a 1-sample group has z = 0); entropies are the sampler's token entropies stored in the batch; the
 thinking span is found by decoding token prefixes with the batch's tokenizer (without one, by the character share).
+
+Logged per ERR step (``reward_shaper.*``), because the bonus is unbounded in the trace's entropy drops while the base
+reward is 0/1 (issue 45: bonuses of 1.9-5.8 on the micro lane, 0.98 correlated with length, so the cap gave correct and
+incorrect rollouts one reward): the uncapped bonus ``lam * relief`` per rollout (``bonus_mean``, ``bonus_p10``,
+``bonus_p90``, ``bonus_max``), the share of rollouts whose reward the cap cut (``cap_share``; ``cap_share_incorrect``
+among incorrect rollouts: those score what a capped correct one does), the share of incorrect rollouts the bonus lifts
+to a correct one's base reward or above (``incorrect_at_or_above_correct``) and the Pearson correlation of the bonus
+with response length (``bonus_len_corr``, when neither is constant).
 """
 
 from __future__ import annotations
@@ -23,6 +31,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import numpy as np
 import torch
 
 from agents.grpo.batch import GroupBatch, group_mean, group_std
@@ -62,15 +71,47 @@ def entropy_relief(entropies: torch.Tensor, delta: float = 0.01) -> float:
 class EntropyReliefReward(Component):
     def __init__(self, lam: float = 0.3, delta: float = 0.01, cap: float = 1.5, marker: str = THINK_END):
         self.lam, self.delta, self.cap, self.marker = float(lam), float(delta), float(cap), marker
+        self._last: dict[str, float] = {}
 
-    def __call__(self, batch: GroupBatch) -> torch.Tensor:
-        out = batch.rewards.clone().double()
+    def bonuses(self, batch: GroupBatch) -> torch.Tensor:
+        """``lam * relief`` of each rollout's thinking span ``(B,)``, before the cap."""
         lengths = batch.response_lengths.tolist()
+        out = torch.zeros(len(batch), dtype=torch.float64)
         for i in range(len(batch)):
             t = thinking_tokens(batch.texts[i], batch.response_ids[i], batch.tokenizer, self.marker)
-            ent = batch.entropies[i, : min(t, lengths[i])]
-            out[i] = min(self.cap, float(out[i]) + self.lam * entropy_relief(ent, self.delta))
-        return out.float()
+            out[i] = self.lam * entropy_relief(batch.entropies[i, : min(t, lengths[i])], self.delta)
+        return out
+
+    def __call__(self, batch: GroupBatch) -> torch.Tensor:
+        bonus = self.bonuses(batch)
+        raw = batch.rewards.double() + bonus
+        self._last = bonus_stats(bonus, raw, self.cap, batch.correct, batch.response_lengths)
+        return torch.clamp(raw, max=self.cap).float()
+
+    def metrics(self) -> dict[str, float]:
+        out, self._last = self._last, {}
+        return out
+
+
+def bonus_stats(bonus: torch.Tensor, raw: torch.Tensor, cap: float, correct: torch.Tensor, lengths: torch.Tensor
+                ) -> dict[str, float]:
+    """How the entropy bonus compares with the 0/1 reward it is added to (see the module docstring). ``raw``: base
+    reward + bonus, before the cap."""
+    b = bonus.double().numpy()
+    if b.size == 0:
+        return {}
+    capped = raw.double().numpy() > cap
+    wrong = ~correct.bool().numpy()
+    out = {"bonus_mean": float(b.mean()), "bonus_p10": float(np.quantile(b, 0.1)),
+           "bonus_p90": float(np.quantile(b, 0.9)), "bonus_max": float(b.max()), "cap_share": float(capped.mean())}
+    if wrong.any():
+        out["cap_share_incorrect"] = float(capped[wrong].mean())
+        # a correct rollout's base reward is 1: an incorrect one lifted that far ties or outranks a plain correct one
+        out["incorrect_at_or_above_correct"] = float((np.minimum(raw.double().numpy(), cap)[wrong] >= 1.0).mean())
+    n = lengths.double().numpy()
+    if b.std() > 0 and n.std() > 0:
+        out["bonus_len_corr"] = float(np.corrcoef(b, n)[0, 1])
+    return out
 
 
 @register("rrer", stage="reward_shaper")
@@ -102,6 +143,9 @@ class ERRPlus(Component):
 
     def __call__(self, batch: GroupBatch) -> torch.Tensor:
         return self.err(batch) if self.phase(batch.step) == "err" else self.rrer(batch)
+
+    def metrics(self) -> dict[str, float]:
+        return self.err.metrics()  # empty in the RRER phase: the bonus is not computed there
 
 
 declare(Comparison(

@@ -19,6 +19,9 @@ Our reading (each a hyper-parameter):
   solver's solution branch and answer line (``countdown_traces``, seeded by the task id, the micro lane's trace format);
   for tasks with ``metadata["solution"]`` that text; otherwise "The answer is {gold answer}.". Rendered with the policy's
   own chat template (``services.prompt_text``), so the teacher reads the same format as the student.
+- the teacher (both): the start policy, frozen (``teacher = "initial"``), as the specification and OPSD's public code
+  fix it; ``teacher = "live"`` reads the privileged context with the weights being trained (what this file did before
+  2026-12-07: the teacher then drifts with the student, and on the micro lane both lengthened to the token cap).
 - OPSD's public code trains on the distillation term alone; ``rl_coef`` > 0 adds the recipe's PPO-clip policy-gradient
   loss on the batch's advantages (0 by default: pure self-distillation, rewards unused except to log).
 - DASH-OPSD ("divergence-adaptive horizons"): a token's weight accumulates the divergence of the tokens after it,
@@ -77,14 +80,17 @@ class OPSDLoss(PPOClipLoss):
 
     def __init__(self, beta: float = 0.5, template: str = DEFAULT_TEMPLATE, rl_coef: float = 0.0,
                  aggregation: str = "seq-mean-token-mean", clip_low: float = 0.2, clip_high: float = 0.2,
-                 kl_coef: float = 0.0, norm_len: int | None = None):
+                 kl_coef: float = 0.0, norm_len: int | None = None, teacher: str = "initial"):
         check_divergence(self.divergence, beta)
+        if teacher not in ("initial", "live"):
+            raise ValueError(f"{self.name}: teacher must be 'initial' (the start policy, frozen) or 'live', got "
+                             f"{teacher!r}")
         if "{solution}" not in template:
             raise ValueError(f"{self.name}: template must contain {{solution}}, got {template!r}")
         if rl_coef < 0:
             raise ValueError(f"{self.name}: rl_coef must be >= 0, got {rl_coef}")
         super().__init__(clip_low, clip_high, aggregation, kl_coef, norm_len)
-        self.beta, self.template, self.rl_coef = float(beta), template, float(rl_coef)
+        self.beta, self.template, self.rl_coef, self.teacher = float(beta), template, float(rl_coef), teacher
         self._tokenizer: Any = None
         self._prompt_text: Any = None
         self._sums = np.zeros(3)  # divergence over tokens, teacher - student log-prob over tokens, tokens
