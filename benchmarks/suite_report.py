@@ -72,17 +72,22 @@ def rows(results: dict[str, dict]) -> tuple[list[str], list[str]]:
         sd_seed = None if comp["between_seed"] is None else math.sqrt(comp["between_seed"])
         sd_eval = None if comp["eval"] is None else math.sqrt(comp["eval"])
         wanted = len(declared[name].seeds) if name in declared else len(r["seeds"])
+        verdict = again["verdict"]
+        if name in declared and declared[name].precondition_not_met:
+            verdict = "precondition not met"
+            notes.append(f"- {label} ({r['lane']}): precondition not met: {declared[name].precondition_not_met}.")
         lines.append(
             f"| {label} | {lane} | {len(r['seeds'])}/{wanted} | {r['metric']} | {_fmt(again['method_value'], '.4g')} | "
             f"{_fmt(again['baseline_value'], '.4g')} | {again['difference']:+.4g} [{_fmt(lo, '+.4g')}, "
             f"{_fmt(hi, '+.4g')}] | {_fmt(sd_seed)} / {_fmt(sd_eval)} | {_fmt(again['minimum_detectable_effect'])} | "
-            f"{again['verdict']} | {status['status']} | {(r.get('commit') or '?')[:7]} |")
+            f"{verdict} | {status['status']} | {(r.get('commit') or '?')[:7]} |")
         if status["reasons"]:
             notes.append(f"- {label} ({r['lane']}): {'; '.join(status['reasons'])}.")
     for name, c in declared.items():  # declared, never measured: said, not left out
         if c.result_name not in results:
+            verdict = "precondition not met" if c.precondition_not_met else "not run"
             lines.append(f"| {c.method} vs {c.baseline}" + (f" ({c.tag})" if c.tag else "") +
-                         f" | {c.lane} | 0/{len(c.seeds)} | {c.metric} | - | - | - | - | - | not run | - | - |")
+                         f" | {c.lane} | 0/{len(c.seeds)} | {c.metric} | - | - | - | - | - | {verdict} | - | - |")
             notes.append(f"- {name}: declared, no result yet (`python -m agents.grpo.regression -k {name}`).")
     return lines, notes
 

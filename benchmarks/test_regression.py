@@ -33,6 +33,8 @@ COMPARISONS = comparisons()
 def test_comparison(name: str, request: pytest.FixtureRequest, tmp_path: Path) -> None:
     comparison = COMPARISONS[name]
     quick = bool(request.config.getoption("--quick"))
+    if comparison.precondition_not_met and not quick:
+        pytest.skip(f"precondition not met on {comparison.lane}: {comparison.precondition_not_met}")
     results = tmp_path / "results" if quick else ROOT / "benchmarks" / "results"
     runs = tmp_path / "runs" if quick else default_runs_dir()
     result = run_comparison(comparison, results_dir=results, runs_dir=runs, quick=quick)

@@ -65,6 +65,9 @@ class Comparison:
     known_result: str = ""
     # Names a variant when one method has several comparisons against one baseline on one lane (other overrides).
     tag: str = ""
+    # Set when a mechanism check shows the method's premise does not hold on this lane (with the measurement and its
+    # file): the comparison is not a test of the paper's claim there; the suite skips it and the table says so.
+    precondition_not_met: str = ""
 
     def __post_init__(self) -> None:
         if self.metric not in METRICS:

@@ -69,6 +69,10 @@ class DistILLoss(OPSDLoss):
 
 declare(Comparison(
     method="distil", baseline="grpo", metric="final_accuracy", direction="higher",
+    precondition_not_met=(
+        "on the micro warm start the feedback-conditioned expert puts -4.08 nats/token less than the student on the "
+        "gold answer's tokens and answers 0.000 of tasks (student 0.266) "
+        "(benchmarks/results/mechanism_distill.json); on SmolLM2 +2.44 and 0.461 (student 0.039)"),
     known_result=(
         "micro lane, seeds 0-2 (2026-12-06, one core per run; a collapsing run costs 31-37 min here): final mean@4 "
         "0.000 vs GRPO 0.454, diff -0.454 [-0.487, -0.420]: not reproduced. Collapse as OPSD's on every seed: "
@@ -77,3 +81,6 @@ declare(Comparison(
         "1-10. The seed-0 c3bbb6b run gave 0.000 vs 0.495"),
     claim="DistIL (forward cross-entropy to a feedback-conditioned stop-gradient expert on student-visited states) "
           "improves over RLVR and RL-with-self-distillation baselines (scientific reasoning, coding, hard math)"))
+declare(Comparison(
+    method="distil", baseline="grpo", metric="final_accuracy", direction="higher", lane="smollm2",
+    claim="DistIL improves over RLVR, on the lane whose model reads its feedback context (mechanism_distill.json)"))
