@@ -320,7 +320,7 @@ def test_comparisons_share_hints_hard_variant_and_recipes_load():
     for method in ("garl", "paft"):
         c = found[f"{method}_vs_grpo_hard"]
         assert c.overrides == hint.overrides and c.tag == "hard" and c.lane == hint.lane
-        assert (c.metric, c.direction, c.seeds) == ("final_accuracy", "higher", (0, 1, 2))
+        assert (c.metric, c.direction, c.seeds) == ("final_accuracy", "higher", (0, 1, 2, 3, 4))  # 5 paired seeds
         cfg = load_recipe(method, list(c.overrides), lane="micro")
         assert cfg.stages["loss"] == method and cfg.env_kwargs["min_target"] == 60 and cfg.train_pool == 512
         assert cfg.params["loss"]["q"] == 0.75
