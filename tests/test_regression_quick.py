@@ -184,7 +184,7 @@ def test_an_efficiency_claim_needs_accuracy_to_hold() -> None:
     base = {s: _run([0.3, 0.5], length=30.0) for s in range(3)}
     short_and_right = {s: _run([0.3, 0.47], length=20.0) for s in range(3)}
     short_and_wrong = {s: _run([0.3, 0.10], length=20.0) for s in range(3)}
-    claim = Comparison("m", "b", "final_eval_tokens", "lower", "x", accuracy_tolerance=0.05)
+    claim = Comparison("m", "b", "final_eval_tokens", "lower", "x", seeds=(0, 1, 2), accuracy_tolerance=0.05)
     held = summarize(claim, short_and_right, base)
     assert held["direction_reproduced"] and held["accuracy_held"] == {"tolerance": 0.05, "held": True}
     lost = summarize(claim, short_and_wrong, base)
@@ -197,10 +197,10 @@ def test_an_efficiency_claim_needs_accuracy_to_hold() -> None:
 def test_a_point_estimate_whose_interval_crosses_zero_is_inconclusive() -> None:
     base = {s: _run([0.3, 0.5]) for s in range(3)}
     noisy = {s: _run([0.3, v]) for s, v in zip(range(3), (0.56, 0.45, 0.52))}  # diffs +0.06, -0.05, +0.02
-    out = summarize(Comparison("m", "b", "accuracy_auc", "higher", "x"), noisy, base)
+    out = summarize(Comparison("m", "b", "accuracy_auc", "higher", "x", seeds=(0, 1, 2)), noisy, base)
     assert out["difference"] > 0 and out["interval"][0] < 0 < out["interval"][1]
     assert out["verdict"] == "inconclusive" and not out["direction_reproduced"] and out["point_estimate_in_direction"]
-    worse = summarize(Comparison("m", "b", "accuracy_auc", "lower", "x"), noisy, base)
+    worse = summarize(Comparison("m", "b", "accuracy_auc", "lower", "x", seeds=(0, 1, 2)), noisy, base)
     assert worse["verdict"] == "not reproduced"
 
 
