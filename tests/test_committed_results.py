@@ -48,16 +48,21 @@ def test_a_committed_result_is_recomputed_from_its_file(stem: str) -> None:
 
 
 def test_tampered_evidence_changes_the_recomputed_result() -> None:
-    """The check reads the evidence: a rewritten per-task outcome string moves the recomputed values."""
+    """The check reads the evidence: a rewritten per-task outcome string moves the recomputed accuracy (read as an
+    accuracy comparison, whatever the file's own metric, so that the per-task outcomes are what it recomputes)."""
     with_evidence = {k: r for k, r in _results().items() if (r.get("evidence") or {}).get("per_task")}
     if not with_evidence:
         pytest.skip("no committed result carries per-task evidence yet")
     result = json.loads(json.dumps(next(iter(with_evidence.values()))))
+    result["metric"] = "final_accuracy"
+    honest = recheck(result)
     seed = str(result["seeds"][0])
     text = result["evidence"]["per_task"]["method"][seed]
     k = int(result["evidence"]["samples"])
-    result["evidence"]["per_task"]["method"][seed] = "".join(str(k) for _ in text)
-    assert recheck(result)["per_seed"][seed]["method"] != pytest.approx(result["per_seed"][seed]["method"])
+    result["evidence"]["per_task"]["method"][seed] = "".join(str(k) for _ in text)  # every sample right
+    tampered = recheck(result)
+    assert tampered["per_seed"][seed]["method"] == pytest.approx(1.0)
+    assert honest["per_seed"][seed]["method"] < 1.0 and tampered["difference"] > honest["difference"]
 
 
 def test_archived_runs_are_readable_and_keyed() -> None:
