@@ -174,28 +174,21 @@ def accuracy_auc(records: Sequence[dict[str, Any]], **_: Any) -> float:
     return float(np.mean([r["eval_accuracy"] for r in evals(records)]))
 
 
-def rollouts_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
-                       interpolate: bool = False, **_: Any) -> float:
-    """Rollouts spent when held-out accuracy first reaches ``start + gain``; the total (censored) if never."""
-    return cost_to_target(records, start=start, gain=gain, cost="rollouts_total", interpolate=interpolate)
+def _to_target(cost: str, doc: str) -> Callable[..., float]:
+    """A cost-to-target metric over ``cost`` (a cumulative train-record quantity; see ``cost_to_target``)."""
+    def metric(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10, interpolate: bool = False,
+               **_: Any) -> float:
+        return cost_to_target(records, start=start, gain=gain, cost=cost, interpolate=interpolate)
+
+    metric.__doc__ = doc
+    return metric
 
 
-def tokens_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
-                     interpolate: bool = False, **_: Any) -> float:
-    """Response tokens generated for training until the target (censored at the total)."""
-    return cost_to_target(records, start=start, gain=gain, cost="tokens_total", interpolate=interpolate)
-
-
-def flops_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
-                    interpolate: bool = False, **_: Any) -> float:
-    """Generation + training FLOPs (agents.grpo.flops) until the target (censored at the total)."""
-    return cost_to_target(records, start=start, gain=gain, cost="flops_total", interpolate=interpolate)
-
-
-def wall_to_target(records: Sequence[dict[str, Any]], *, start: float, gain: float = 0.10,
-                   interpolate: bool = False, **_: Any) -> float:
-    """Seconds of generation + update (evaluation excluded) until the target (censored at the total)."""
-    return cost_to_target(records, start=start, gain=gain, cost="wall_s", interpolate=interpolate)
+rollouts_to_target = _to_target(
+    "rollouts_total", "Rollouts spent when held-out accuracy first reaches ``start + gain``; the total (censored) if never.")
+tokens_to_target = _to_target("tokens_total", "Response tokens generated for training until the target (censored).")
+flops_to_target = _to_target("flops_total", "Generation + training FLOPs (agents.grpo.flops) until the target (censored).")
+wall_to_target = _to_target("wall_s", "Seconds of generation + update (evaluation excluded) until the target (censored).")
 
 
 def rollouts_per_useful_group(records: Sequence[dict[str, Any]], **_: Any) -> float:
