@@ -39,7 +39,8 @@ CODE_PATHS = ("agents/grpo/trainer.py", "agents/grpo/batch.py", "agents/grpo/log
               "rlvr_envs/core.py", "rlvr_envs/extract.py", "rlvr_envs/modes.py", "rlvr_envs/tasks", "rlvr_envs/verifiers")
 # Fields that do not change what a run computes.
 _NOT_KEYED = frozenset({"out_dir", "progress", "plot", "description", "checkpoint_every", "keep_checkpoints"})
-QUICK_OVERRIDES = ("model=tiny", "steps=2", "prompts_per_step=2", "max_new_tokens=12", "eval_size=4", "eval_every=1",
+QUICK_OVERRIDES = ("model=tiny", "steps=2", "prompts_per_step=2", "max_new_tokens=12", "eval_size=4", "final_eval_size=0",
+                   "eval_every=1",
                    "eval_max_new_tokens=12", "micro_batch=16", "checkpoint_every=0")
 QUICK_SEEDS = (0, 1)
 
