@@ -94,7 +94,7 @@ def test_script_on_the_tiny_model(tmp_path, capsys):
 
 def test_script_on_a_trained_run_directory(tmp_path):
     run_dir = tmp_path / "grpo-s0"
-    cfg = load_recipe("grpo", ["model=tiny", "steps=1", "prompts_per_step=2", "max_new_tokens=4", "eval_size=2",
+    cfg = load_recipe("grpo", ["model=tiny", "steps=1", "prompts_per_step=2", "max_new_tokens=4", "eval_size=2", "final_eval_size=0",
                                "eval_every=0", "progress=false", "plot=false", f"out_dir={run_dir}", "seed=0"],
                       lane="micro")
     Trainer(cfg).run()

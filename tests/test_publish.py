@@ -34,7 +34,7 @@ from rlvr_envs.harness.render import render_site
 def _train(out: Path, seed: int, eval_size: int = 4, greedy: bool = True) -> Path:
     # greedy eval so the harness's evaluation can be compared with the trainer's exactly (the micro lane itself
     # evaluates mean@4 at T = 1: see test_a_sampled_lane_eval_publishes_its_samples)
-    cfg = load_recipe("grpo", ["model=tiny", "steps=2", "prompts_per_step=2", "max_new_tokens=8", f"eval_size={eval_size}",
+    cfg = load_recipe("grpo", ["model=tiny", "steps=2", "prompts_per_step=2", "max_new_tokens=8", f"eval_size={eval_size}", "final_eval_size=0",
                                "eval_every=1", "progress=false", "plot=false", f"out_dir={out}", f"seed={seed}",
                                *(["eval_temperature=0.0", "eval_samples=1"] if greedy else [])],
                       lane="micro")
