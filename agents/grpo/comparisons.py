@@ -350,6 +350,18 @@ def decode_counts(text: str) -> list[int]:
     return [int(c) for c in text]
 
 
+def per_task_differences(tasks: dict[str, dict[str, str]], seeds: Sequence[Any], scale: int
+                         ) -> list[list[float]]:
+    """Per seed, the per-task paired differences (method - baseline) / ``scale`` of digit-string evidence."""
+    out = []
+    for s in seeds:
+        m, b = decode_counts(tasks["method"][str(s)]), decode_counts(tasks["baseline"][str(s)])
+        if len(m) != len(b):
+            raise ValueError("paired runs must be scored on the same held-out tasks")
+        out.append([(x - y) / scale for x, y in zip(m, b)])
+    return out
+
+
 def decide(diffs: Sequence[float], *, direction: str, accuracy: dict[str, float], tolerance: float | None,
            per_task_diffs: Sequence[Sequence[float]] | None = None) -> dict[str, Any]:
     """The verdict of per-seed paired differences: interval, variance components, minimum detectable effect, and
@@ -391,15 +403,11 @@ def recheck(result: dict[str, Any]) -> dict[str, Any]:
     per_task_diffs = None
     tasks = evidence.get("per_task")
     if tasks:
-        values = {side: {s: decode_counts(tasks[side][s]) for s in seeds} for side in ("method", "baseline")}
         k = int(evidence["samples"])
-        if any(len(values["method"][s]) != len(values["baseline"][s]) for s in seeds):
-            raise ValueError("paired runs must carry outcomes on the same held-out tasks")
+        per_task_diffs = per_task_differences(tasks, seeds, k)
         if result["metric"] in PER_TASK_METRICS:
-            scale = k if result["metric"] == "final_accuracy" else 1
-            per_seed = {s: {side: float(np.mean(values[side][s])) / scale for side in ("method", "baseline")}
+            per_seed = {s: {side: float(np.mean(decode_counts(tasks[side][s]))) / k for side in ("method", "baseline")}
                         for s in seeds}
-        per_task_diffs = [[(a - b) / k for a, b in zip(values["method"][s], values["baseline"][s])] for s in seeds]
     diffs = [per_seed[s]["method"] - per_seed[s]["baseline"] for s in seeds]
     out = decide(diffs, direction=result["direction"], accuracy=result["accuracy"],
                  tolerance=(result.get("accuracy_held") or {}).get("tolerance"),
@@ -462,13 +470,7 @@ def summarize(comparison: Comparison, method_runs: dict[int, list[dict[str, Any]
     per_task_diffs = None
     if tasks is not None:
         evidence["per_task"] = tasks
-        scale = evidence["samples"]
-        per_task_diffs = []
-        for s in seeds:
-            m, b = decode_counts(tasks["method"][str(s)]), decode_counts(tasks["baseline"][str(s)])
-            if len(m) != len(b):
-                raise ValueError("paired runs must be scored on the same held-out tasks")
-            per_task_diffs.append([(x - y) / scale for x, y in zip(m, b)])
+        per_task_diffs = per_task_differences(tasks, seeds, evidence["samples"])
     out: dict[str, Any] = {
         "method_value": float(np.mean(list(mv.values()))), "baseline_value": float(np.mean(list(bv.values()))),
         "per_seed": {str(s): {"method": mv[s], "baseline": bv[s]} for s in seeds},

@@ -203,10 +203,6 @@ def train_run(cfg: TrainConfig, runs_dir: Path, code: str, *, log: Any = None, a
 ARCHIVE_DIR = ROOT / "benchmarks" / "results" / "runs"
 
 
-def archive_path(name: str) -> Path:
-    return ARCHIVE_DIR / f"{name}.jsonl.gz"
-
-
 def write_archive(name: str, records: list[dict[str, Any]], info: dict[str, Any],
                   directory: Path | None = None) -> Path:
     """``<name>.jsonl.gz``: a first line ``{"done": info}``, then the run's records (atomic: temporary, rename)."""

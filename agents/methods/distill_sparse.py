@@ -20,6 +20,8 @@ same sparse-to-dense mismatch threshold". Our reading, every choice a parameter 
 
 The actor after distillation is ``merged_actor(...)``: a plain model (adapter merged) the ``hf`` engine decodes
 sparsely; the dense policy is left untouched.
+
+result: benchmarks/results/sparrow_distill_vs_sparrow.json (its comparison is declared in sparrow.py)
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ Our reading (the abstract stops before the method; each is a hyper-parameter):
 - ``base``: ``"grpo"`` or ``"dr_grpo"`` group advantage.
 Costs go to the train record: ``continuations``, ``extra_tokens`` (generated this step), ``calls``; the trainer adds
 them to its FLOPs and its cumulative ``extra_tokens``.
+
+result: benchmarks/results/mc_step.json (the comparison is named after its recipe, mc_step)
 """
 
 from __future__ import annotations

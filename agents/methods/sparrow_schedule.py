@@ -19,6 +19,8 @@ Our reading, with its assumptions stated:
   decodes densely, share 1). Under the additive cost model this is the cheapest feasible schedule, on the assumption
   that a bucket's tail depends on its own share only (earlier buckets' sparsity also shifts the context a later token
   sees; the benchmark decodes the chosen schedule again and reports the tails it actually gets).
+
+result: benchmarks/results/sparrow_vs_sparrow_fixed.json (the schedule is the sparrow recipe's; its cost model: sparrow_schedule.json)
 """
 
 from __future__ import annotations
