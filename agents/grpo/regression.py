@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from agents.grpo.comparisons import Comparison, evals, summarize
+from agents.grpo.comparisons import PER_TASK_METRICS, Comparison, evals, summarize
 from agents.grpo.config import TrainConfig, load_recipe
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -343,8 +343,7 @@ def status_at_head(result: dict[str, Any], comparison: Comparison | None, *, sha
     if comparison is None:
         return {"status": "stale", "reasons": ["no longer declared"]}
     held = [int(s) for s in result.get("seeds", [])]
-    missing = [s for s in comparison.seeds if s not in held]
-    if missing:
+    if not set(comparison.seeds) <= set(held):
         reasons.append(f"holds {len(held)} of the {len(comparison.seeds)} declared seeds")
     shared = shared or code_hash()
     changed = 0
@@ -355,8 +354,7 @@ def status_at_head(result: dict[str, Any], comparison: Comparison | None, *, sha
                 changed += 1
     if changed:
         reasons.append(f"{changed} of {2 * len(held)} run keys differ at HEAD (code or recipe changed)")
-    if not (result.get("evidence") or {}).get("per_task") and comparison.metric in {"final_accuracy",
-                                                                                   "final_eval_coverage"}:
+    if not (result.get("evidence") or {}).get("per_task") and comparison.metric in PER_TASK_METRICS:
         reasons.append("no per-task evidence committed")
     return {"status": "stale" if reasons else "current", "reasons": reasons}
 
