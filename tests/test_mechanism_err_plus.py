@@ -96,3 +96,31 @@ def test_the_bonus_statistics_reach_the_trainers_step_records(tmp_path):
         assert 0.0 <= r["reward_shaper.cap_share"] <= 1.0
         assert r["reward_shaper.bonus_max"] >= r["reward_shaper.bonus_p90"] >= r["reward_shaper.bonus_p10"] >= 0.0
     assert not any(k.startswith("reward_shaper.") for k in train[2])  # RRER: no entropy bonus
+
+
+def test_per_token_rescaling_does_not_pay_length_and_keeps_the_reward_gap():
+    """The declared rescaling (``normalize = "tokens"``, recipe err_plus_per_token): a trace that repeats the same
+    entropy saw-tooth twice as long earns more under the paper's log(T + 1) normalization and the same per token."""
+    tooth = [3.0, 2.0, 1.0]  # two 1-nat drops, then a rise back to 3
+    short, long = torch.tensor(tooth * 8), torch.tensor(tooth * 32)
+    assert entropy_relief(long) > 2 * entropy_relief(short)  # the paper's bonus grows with length
+    per_token = entropy_relief(short, normalize="tokens")
+    assert entropy_relief(long, normalize="tokens") == pytest.approx(per_token, rel=0.05)
+    # two drops of (1 - delta) per 3 transitions
+    assert per_token == pytest.approx(16 * 0.99 / 23, rel=1e-6)
+    shaper = build("reward_shaper", "err", {"normalize": "tokens"})
+    shaped = shaper(_batch([_sample(long.tolist(), False), _sample(short.tolist(), True)]))
+    assert float(shaped[0]) < 0.5 < 1.0 <= float(shaped[1])  # a wrong trace stays under a right one
+    with pytest.raises(ValueError, match="normalize"):
+        build("reward_shaper", "err", {"normalize": "length"})
+
+
+def test_the_rescaled_recipe_differs_from_the_faithful_one_only_in_its_normalization():
+    from agents.grpo.config import load_recipe
+
+    faithful, rescaled = load_recipe("err_plus", lane="micro").to_dict(), load_recipe("err_plus_per_token",
+                                                                                      lane="micro").to_dict()
+    assert rescaled["params"]["reward_shaper"]["err"].pop("normalize") == "tokens"
+    for cfg in (faithful, rescaled):
+        cfg.pop("out_dir"), cfg.pop("description")
+    assert faithful == rescaled
