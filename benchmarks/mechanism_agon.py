@@ -105,9 +105,13 @@ def probe(model: str, n_tasks: int = 64, samples: int = 2, seed: int = 0) -> dic
             "wall_s": round(time.perf_counter() - t0, 1), "cpu_s": round(time.process_time() - c0, 1)}
 
 
+def _fmt(x: float | None) -> str:
+    return "-" if x is None else f"{x:.3f}"
+
+
 def report(r: dict[str, Any]) -> str:
     own = r["own_draft"]
-    fmt = (lambda x: "-" if x is None else f"{x:.3f}")
+    fmt = _fmt
     return (f"{r['model']} ({r['lane']} lane): {r['tasks']} tasks x {r['samples_per_task']}, T = {r['temperature']}: "
             f"solver alone {r['alone']['accuracy']:.3f}, after a verified draft {r['correct_draft']['accuracy']:.3f}, "
             f"after its own draft {own['accuracy']:.3f} (drafts right {own['draft_accuracy']:.3f}; after a right one "
