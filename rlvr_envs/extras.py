@@ -22,6 +22,7 @@ EXTRAS: dict[str, tuple[str, ...]] = {
     "trl": ("trl", "datasets"),
     "vllm": ("vllm",),
     "ray": ("ray",),
+    "serve": ("openenv", "fastapi", "uvicorn", "websockets"),
 }
 
 

@@ -1,0 +1,51 @@
+"""``rlvr export``: write an env's tasks as another trainer's dataset (``--format verl``: verl's RLHF parquet)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+FORMATS = ("verl",)
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("export", help="write an env's tasks as a trainer's dataset (verl parquet)",
+                       description="Write tasks start .. start+n-1 of an env as a dataset another trainer reads. "
+                                   "verl: parquet with prompt (chat messages), data_source, ability, "
+                                   "reward_model {style: rule, ground_truth} and extra_info; score it with "
+                                   "rlvr_envs/integrations/verl.py:compute_score.")
+    p.add_argument("--format", choices=FORMATS, required=True)
+    p.add_argument("--env", required=True, help="env ID, e.g. rlvr/Countdown-v0 (single-turn envs)")
+    p.add_argument("--n", type=int, required=True, help="number of tasks")
+    p.add_argument("--start", type=int, default=0, help="first task index (default 0)")
+    p.add_argument("--split", default="train", help="extra_info.split label (default train)")
+    p.add_argument("--ability", default=None, help="verl's ability label (default: from the env's family)")
+    p.add_argument("--env-kwargs", default="{}", help="JSON object of keyword arguments for gym.make")
+    p.add_argument("--out", required=True, help="output file (.parquet)")
+    p.set_defaults(func=run)
+
+
+def _json_object(text: str, flag: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"{flag}: not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"{flag}: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    from rlvr_envs.integrations import verl
+
+    env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+    try:
+        count = verl.export(args.env, args.n, args.out, start=args.start, split=args.split, env_kwargs=env_kwargs,
+                            ability=args.ability)
+    except (ValueError, NotImplementedError) as exc:
+        print(f"rlvr export: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {count} {args.env} tasks to {args.out} ({args.format})")
+    return 0

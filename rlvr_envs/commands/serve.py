@@ -1,0 +1,68 @@
+"""``rlvr serve``: serve registered text envs over the OpenEnv protocol (HTTP + WebSocket sessions)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from rlvr_envs.extras import require_extra
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("serve", help="serve envs over the network (OpenEnv protocol)",
+                       description="Serve one or more env IDs with the OpenEnv wire protocol: POST /reset, /step, "
+                                   "GET /state, /health, /schema, /metrics, /envs and the /ws session socket. "
+                                   "Clients: openenv's GenericEnvClient, rlvr_envs.remote.RemoteEnv. See "
+                                   "docs/serving.md.")
+    p.add_argument("--env", dest="envs", action="append", required=True, metavar="ENV_ID",
+                   help="env ID to serve (repeat for several; the first is the default of a reset naming none)")
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, this machine only)")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--max-sessions", type=int, default=64,
+                   help="concurrent WebSocket sessions; one more is refused with CAPACITY_REACHED (default: 64)")
+    p.add_argument("--step-timeout", type=float, default=60.0,
+                   help="seconds one step may take; past it the client gets an error and its session closes")
+    p.add_argument("--reset-timeout", type=float, default=300.0,
+                   help="seconds one reset may take (the first reset of a session makes its env)")
+    p.add_argument("--idle-timeout", type=float, default=300.0,
+                   help="seconds a session may stay silent before the server closes it")
+    p.add_argument("--env-kwargs", default="{}", help="JSON object of keyword arguments for gym.make (every env)")
+    p.add_argument("--no-client-env-kwargs", action="store_true",
+                   help="refuse env_kwargs sent by clients in reset (they could ask for costly envs)")
+    p.add_argument("--ws-deflate", action="store_true",
+                   help="accept permessage-deflate: smaller frames for long prompts, more CPU per message (off: "
+                        "loopback and LAN links gain nothing from it)")
+    p.add_argument("--log-level", default="info", choices=("critical", "error", "warning", "info", "debug"))
+    p.set_defaults(func=run)
+
+
+def _env_kwargs(text: str) -> dict[str, Any]:
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise SystemExit(f"--env-kwargs: not valid JSON ({exc.msg})") from None
+    if not isinstance(value, dict):
+        raise SystemExit(f"--env-kwargs: expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def run(args: argparse.Namespace) -> int:
+    require_extra("serve", "rlvr serve")
+    import uvicorn
+
+    from rlvr_envs.serve import ServeError, create_app
+
+    try:
+        app = create_app(args.envs, max_sessions=args.max_sessions, step_timeout_s=args.step_timeout,
+                         reset_timeout_s=args.reset_timeout, idle_timeout_s=args.idle_timeout,
+                         env_kwargs=_env_kwargs(args.env_kwargs),
+                         allow_client_env_kwargs=not args.no_client_env_kwargs)
+    except (ServeError, ValueError) as exc:
+        print(f"rlvr serve: {exc}", file=sys.stderr)
+        return 2
+    print(f"rlvr serve: {', '.join(args.envs)} on http://{args.host}:{args.port} (ws://{args.host}:{args.port}/ws, "
+          f"max {args.max_sessions} sessions)", file=sys.stderr)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, ws_per_message_deflate=args.ws_deflate)
+    return 0
