@@ -177,7 +177,8 @@ declare(Comparison(
     method="duet", baseline="grpo", metric="final_accuracy", direction="higher", overrides=FINITE_POOL,
     known_result=(
         "micro lane, finite-pool variant, seeds 0-2: with 57-59% of GRPO's response tokens and rollouts (abort rate "
-        "0.4-0.7%), final mean@4 0.473 vs 0.488, diff -0.015 [95% -0.036, +0.008]: close, not above; at equal FLOPs "
+        "0.4-0.7%: the abort half of DUET is nearly idle on this lane, whose traces commit to an answer early, so "
+        "the savings come from its selector and allocator), final mean@4 0.473 vs 0.488, diff -0.015 [95% -0.036, +0.008]: close, not above; at equal FLOPs "
         "(DUET's total, 9.3e12-9.9e12) 0.473 vs 0.445, +0.028 [-0.005, +0.062]. An earlier warm-start build gave "
         "0.476 vs 0.497, -0.021 [-0.044, +0.003]"),
     claim="DUET with 50% of full-budget GRPO's tokens beats full-budget GRPO (Qwen3-1.7B; up to 2.51x speed-up); "

@@ -112,6 +112,8 @@ declare(Comparison(
         "+683]: slower. The straggler rate stayed below its target (mean 0.21-0.27 vs epsilon 0.35; lambda peaked "
         "at 0.31-0.39), so SAGC chose G = 12-14 on average (up to 16) against GRPO's 8: 1.5-1.7x the rollouts per "
         "step, 24.6-28.0 s per step vs 14.5-14.8 s (the SAGC runs also shared the cores with a SmolLM2 run for "
-        "most of theirs); final mean@4 0.495 vs 0.488"),
+        "most of theirs); final mean@4 0.495 vs 0.488. Two limits of this test: wall time on shared cores moves "
+        "with whatever else runs, and the baseline is GRPO at G = 8 while the paper's is the strongest static group "
+        "size (a sweep over G that has not been run)"),
     claim="straggler-aware group sizing cuts wall-clock time of synchronous GRPO at competitive reward (our reading: "
           "seconds of generation + update until held-out accuracy reaches start + 0.10)"))
