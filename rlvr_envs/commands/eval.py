@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
-import json
 import sys
 from collections.abc import Callable
 from typing import Any
 
+from rlvr_envs.commands import json_object
 from rlvr_envs.extras import require_extra
 
 
@@ -48,16 +48,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     ray.add_argument("--ray-worker-cpus", type=float, default=1.0, help="CPUs reserved per actor (default: 1)")
     ray.add_argument("--ray-worker-gpus", type=float, default=0.0, help="GPUs reserved per actor (default: 0)")
     p.set_defaults(func=run)
-
-
-def _json_object(text: str, flag: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SystemExit(f"{flag}: not valid JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise SystemExit(f"{flag}: expected a JSON object, got {type(value).__name__}")
-    return value
 
 
 def load_agent_factory(spec: str) -> Any:
@@ -108,12 +98,12 @@ def run(args: argparse.Namespace) -> int:
     if (args.samples < 1 or args.batch_size < 1 or getattr(args, "decode_slots", 1) < 1
             or (args.limit is not None and args.limit < 1)):
         raise SystemExit("--samples, --batch-size, --decode-slots and --limit must be >= 1")
-    env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+    env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
     # A factory rather than an agent: with --ray every worker calls it once (loads its own policy).
     agent_factory: Callable[[], Any]
     if args.agent:
         load_agent_factory(args.agent)  # a bad spec fails here, before any worker starts
-        agent_factory = functools.partial(make_agent, args.agent, _json_object(args.agent_kwargs, "--agent-kwargs"))
+        agent_factory = functools.partial(make_agent, args.agent, json_object(args.agent_kwargs, "--agent-kwargs"))
     else:
         check_policy_extras(args)
         temperature = args.temperature if args.temperature is not None else (0.0 if args.samples == 1 else 1.0)

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Any
+
+from rlvr_envs.commands import json_object
 
 FORMATS = ("verl",)
 
@@ -27,20 +27,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _json_object(text: str, flag: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SystemExit(f"{flag}: not valid JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise SystemExit(f"{flag}: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
     from rlvr_envs.integrations import verl
 
-    env_kwargs = _json_object(args.env_kwargs, "--env-kwargs")
+    env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
     try:
         count = verl.export(args.env, args.n, args.out, start=args.start, split=args.split, env_kwargs=env_kwargs,
                             ability=args.ability)

@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-from typing import Any
 
+from rlvr_envs.commands import json_object
 from rlvr_envs.extras import require_extra
 
 
@@ -38,16 +37,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _env_kwargs(text: str) -> dict[str, Any]:
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise SystemExit(f"--env-kwargs: not valid JSON ({exc.msg})") from None
-    if not isinstance(value, dict):
-        raise SystemExit(f"--env-kwargs: expected a JSON object, got {type(value).__name__}")
-    return value
-
-
 def run(args: argparse.Namespace) -> int:
     require_extra("serve", "rlvr serve")
     import uvicorn
@@ -57,7 +46,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         app = create_app(args.envs, max_sessions=args.max_sessions, step_timeout_s=args.step_timeout,
                          reset_timeout_s=args.reset_timeout, idle_timeout_s=args.idle_timeout,
-                         env_kwargs=_env_kwargs(args.env_kwargs),
+                         env_kwargs=json_object(args.env_kwargs, "--env-kwargs"),
                          allow_client_env_kwargs=not args.no_client_env_kwargs)
     except (ServeError, ValueError) as exc:
         print(f"rlvr serve: {exc}", file=sys.stderr)
