@@ -260,3 +260,47 @@ def test_rollouts_to_target_interpolates_between_evals_when_asked() -> None:
     assert rollouts_to_target(fast, start=0.3, interpolate=True) == pytest.approx(10 + 10 * 0.01 / 0.11)
     assert rollouts_to_target(slow, start=0.3, interpolate=True) == pytest.approx(10 + 10 * 0.09 / 0.19)
     assert rollouts_to_target(_run([0.45, 0.5]), start=0.3, interpolate=True) == 0  # already there at step 0
+
+
+def test_stale_selection_skips_current_and_precondition_rows_and_runs_the_cheapest_first(tmp_path: Path) -> None:
+    from agents.grpo.regression import ROOT, code_hash, missing_runs, stale_first, status_at_head
+
+    declared, shared = comparisons(), code_hash()
+    picked = stale_first(list(declared.values()))
+    names = {c.name for c in picked}
+    assert not any(declared[n].precondition_not_met for n in names)
+    assert "opsd_vs_grpo" not in names and "opsd_vs_grpo_smollm2" in names
+    for name, c in declared.items():  # left out exactly when current at HEAD (or its precondition is not met)
+        path = ROOT / "benchmarks" / "results" / f"{c.result_name}.json"
+        result = json.loads(path.read_text()) if path.is_file() else {}
+        current = result.get("lane") == c.lane and status_at_head(result, c, shared=shared)["status"] == "current"
+        assert (name in names) == (not current and not c.precondition_not_met), name
+    needed = [missing_runs(c, shared=shared) for c in picked]
+    assert needed == sorted(needed) and needed[-1] > needed[0]
+    # with no result files every comparison is selected, a fully archived one first
+    fresh = stale_first([declared["vigor_vs_grpo"], declared["dr_grpo_vs_grpo"]], results_dir=tmp_path)
+    assert {c.name for c in fresh} == {"vigor_vs_grpo", "dr_grpo_vs_grpo"}
+    assert [missing_runs(c, shared=shared) for c in fresh] == sorted(missing_runs(c, shared=shared) for c in fresh)
+
+
+def test_git_commit_commits_only_the_named_files_and_reports_failure(tmp_path: Path) -> None:
+    import subprocess
+
+    from agents.grpo.regression import git_commit
+
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True,
+                              text=True).stdout
+
+    git("init", "-q")
+    git("config", "user.email", "t@example.org")
+    git("config", "user.name", "t")
+    (tmp_path / "archive.jsonl.gz").write_bytes(b"run")
+    (tmp_path / "other.txt").write_text("staged by someone else")
+    git("add", "other.txt")
+    assert git_commit([tmp_path / "archive.jsonl.gz", tmp_path / "absent.png"], "Run archive: x", repo=tmp_path)
+    assert git("show", "--name-only", "--format=%s", "HEAD").split() == ["Run", "archive:", "x", "archive.jsonl.gz"]
+    assert "other.txt" in git("diff", "--cached", "--name-only")  # still staged, not swept into the commit
+    assert not git_commit([tmp_path / "absent.png"], "nothing", repo=tmp_path)
+    with pytest.warns(UserWarning, match="could not commit"):
+        assert not git_commit([tmp_path / "archive.jsonl.gz"], "nothing changed", repo=tmp_path)

@@ -387,9 +387,10 @@ def _train_one(args: tuple[dict[str, Any], str, str, int, str | None]) -> tuple[
 
 
 def train_parallel(selected: list[Comparison], *, runs_dir: Path, jobs: int, quick: bool = False,
-                   log: Any = print) -> None:
+                   log: Any = print, on_finished: Any = None) -> None:
     """Train the runs of ``selected`` comparisons ``jobs`` at a time (processes with ``cpus // jobs`` threads each);
-    finished runs are skipped, interrupted ones resume. Results are then written by ``run_comparison``."""
+    finished runs are skipped, interrupted ones resume. Results are then written by ``run_comparison``.
+    ``on_finished(name)`` is called in this process as each run finishes (``--commit`` commits its archive)."""
     import concurrent.futures as cf
     import multiprocessing as mp
 
@@ -405,6 +406,8 @@ def train_parallel(selected: list[Comparison], *, runs_dir: Path, jobs: int, qui
             name, wall = fut.result()
             if log:
                 log(f"[{done}/{len(todo)}] {name}: {wall:.0f} s")
+            if on_finished is not None:
+                on_finished(name)
 
 
 def board_for(comparison: Comparison) -> str:
@@ -449,9 +452,61 @@ def publish_runs(selected: list[Comparison], *, runs_dir: Path, boards_dir: Path
     return entries
 
 
+def missing_runs(comparison: Comparison, *, shared: str | None = None) -> int:
+    """How many of ``comparison``'s runs at HEAD keys have no committed archive (what running it would train)."""
+    shared = shared or code_hash()
+    missing = 0
+    for recipe in (comparison.method, comparison.baseline):
+        for s in comparison.seeds:
+            cfg = resolve(comparison, recipe, s)
+            name = f"{Path(cfg.out_dir).name}-s{s}-{run_key(cfg, run_code_hash(cfg, shared))}"
+            missing += not (ARCHIVE_DIR / f"{name}.jsonl.gz").is_file()
+    return missing
+
+
+def stale_first(selected: list[Comparison], results_dir: Path | None = None) -> list[Comparison]:
+    """The comparisons of ``selected`` that are not current at HEAD (no result, or a stale one), less those whose
+    precondition is not met, ordered by how many runs they still need (shared baselines counted once each)."""
+    results_dir = results_dir or ROOT / "benchmarks" / "results"
+    shared, out = code_hash(), []
+    for c in selected:
+        if c.precondition_not_met:
+            continue
+        path = results_dir / f"{c.result_name}.json"
+        if path.is_file():
+            try:
+                result = json.loads(path.read_text())
+            except json.JSONDecodeError:
+                result = {}
+            if result.get("lane") == c.lane and status_at_head(result, c, shared=shared)["status"] == "current":
+                continue
+        out.append((missing_runs(c, shared=shared), c.name, c))
+    return [c for _, _, c in sorted(out, key=lambda t: (t[0], t[1]))]
+
+
+def git_commit(paths: list[Path], message: str, repo: Path = ROOT) -> bool:
+    """Commit ``paths`` (those that exist) with ``message``, and nothing else that is staged; a failure is reported,
+    never raised: the files stay on disk for the next try."""
+    import subprocess
+    import warnings
+
+    files = [str(p) for p in paths if Path(p).is_file()]
+    if not files:
+        return False
+    try:
+        subprocess.run(["git", "-C", str(repo), "add", "--", *files], check=True, capture_output=True, text=True)
+        subprocess.run(["git", "-C", str(repo), "commit", "-q", "-m", message, "--", *files], check=True,
+                       capture_output=True, text=True)
+    except (OSError, subprocess.CalledProcessError) as e:
+        warnings.warn(f"could not commit {', '.join(files)}: {getattr(e, 'stderr', '') or e}", stacklevel=2)
+        return False
+    return True
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m agents.grpo.regression [-k NAME ...] [--jobs N] [--seeds 0,1] [--quick] [--list]``: train the selected
-    comparisons' runs in parallel, then write their results (what ``pytest benchmarks/test_regression.py`` reads)."""
+    """``python -m agents.grpo.regression [-k NAME ...] [--stale] [--commit] [--jobs N] [--seeds 0,1] [--quick] [--list]``:
+    train the selected comparisons' runs in parallel, then write their results (what ``pytest
+    benchmarks/test_regression.py`` reads). ``--stale --commit`` is how a session brings the table to HEAD."""
     import argparse
 
     from agents.grpo.comparisons import comparisons
@@ -465,6 +520,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="comma-separated seeds to run instead of each comparison's own (e.g. 0 when one paired "
                         "seed is what the time allows; the result says which seeds it holds)")
     p.add_argument("--list", action="store_true", help="list the comparisons and exit")
+    p.add_argument("--stale", action="store_true",
+                   help="only the selected comparisons that are not current at HEAD (stale or never run; those whose "
+                        "precondition is not met are left out), the fewest runs still to train first")
+    p.add_argument("--commit", action="store_true",
+                   help="git-commit each finished run's archive, and each result, as soon as it is written (only "
+                        "commits survive a machine that is replaced)")
     p.add_argument("--results-dir", default=str(ROOT / "benchmarks" / "results"))
     p.add_argument("--runs-dir", default=None)
     p.add_argument("--publish", action="store_true",
@@ -476,9 +537,14 @@ def main(argv: list[str] | None = None) -> int:
     # -k NAME: that comparison when NAME is one, else every comparison whose name contains it
     selected = [c for n, c in known.items() if not args.names
                 or any(k == n or (k not in known and k in n) for k in args.names)]
+    if args.stale:
+        selected = stale_first(selected)
+        if not selected:
+            print("every selected comparison is current at HEAD")
+            return 0
     if args.list or not selected:
-        for n, c in known.items():
-            print(f"{n:<32} {c.lane:<8} {c.metric:<26} {c.direction}")
+        for c in selected if args.list else known.values():  # --list: what was selected, in the order it would run
+            print(f"{c.name:<32} {c.lane:<8} {c.metric:<26} {c.direction}")
         return 0 if args.list else 2
     if args.seeds is not None:
         if args.quick:
@@ -491,12 +557,20 @@ def main(argv: list[str] | None = None) -> int:
             p.error(f"--seeds must be distinct non-negative integers, got {args.seeds!r}")
         selected = [dataclasses.replace(c, seeds=seeds) for c in selected]
     runs_dir = Path(args.runs_dir) if args.runs_dir else default_runs_dir()
-    train_parallel(selected, runs_dir=runs_dir, jobs=args.jobs, quick=args.quick)
+    commit = args.commit and not args.quick
+    train_parallel(selected, runs_dir=runs_dir, jobs=args.jobs, quick=args.quick,
+                   on_finished=(lambda name: git_commit([ARCHIVE_DIR / f"{name}.jsonl.gz"],
+                                                        f"Run archive: {name} at HEAD keys")) if commit else None)
     for c in selected:
         r = run_comparison(c, results_dir=Path(args.results_dir), runs_dir=runs_dir, quick=args.quick, log=None)
         lo, hi = r["interval"]
         print(f"{c.name}: {r['metric']} {r['method_value']:.4g} vs {r['baseline_value']:.4g}, diff "
               f"{r['difference']:+.4g} [{lo:+.4g}, {hi:+.4g}] -> {r['verdict']}")
+        if commit:
+            path = Path(args.results_dir) / f"{c.result_name}.json"
+            git_commit([path, path.with_suffix(".png")],
+                       f"{c.name} at HEAD, {len(r['seeds'])} paired seeds: {r['metric']} diff {r['difference']:+.4g} "
+                       f"[95% {lo:+.4g}, {hi:+.4g}], {r['verdict']}")
     if args.publish and not args.quick:
         publish_runs(selected, runs_dir=runs_dir, boards_dir=Path(args.boards_dir),
                      results_dir=Path(args.board_results_dir))
