@@ -12,16 +12,22 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from rlvr_envs.splits import check_seed_base
+
 Transition = tuple[float, int, float, bool]
 TransitionTable = dict[int, dict[int, list[Transition]]]
 
 
 class TabularMDPEnv(gym.Env):
-    """Subclasses fill ``self.P``, ``self.initial`` (start distribution over states) and ``self.n_actions``."""
+    """Subclasses fill ``self.P``, ``self.initial`` (start distribution over states) and ``self.n_actions``.
+
+    ``seed_base`` is the split option every env family takes (``rlvr_envs.splits``): ``reset(seed=s)`` seeds the
+    episode stream ``(s, seed_base)``; 0 keeps gymnasium's plain ``s``."""
 
     metadata: dict[str, Any] = {"render_modes": []}
 
-    def __init__(self, P: TransitionTable, n_actions: int, initial: np.ndarray) -> None:
+    def __init__(self, P: TransitionTable, n_actions: int, initial: np.ndarray, *, seed_base: int = 0) -> None:
+        self.seed_base = check_seed_base(seed_base)
         self.P = P
         self.n_states = len(P)
         self.n_actions = n_actions
@@ -34,7 +40,10 @@ class TabularMDPEnv(gym.Env):
 
     # -- episodes -------------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[int, dict[str, Any]]:
-        super().reset(seed=seed)
+        super().reset(seed=seed)  # validates and records the seed
+        if seed is not None and self.seed_base:
+            # gymnasium seeds from one int; the split is a second word of the same SeedSequence entropy
+            self._np_random = np.random.Generator(np.random.PCG64(np.random.SeedSequence([int(seed), self.seed_base])))
         if options and "state" in options:
             state = int(options["state"])
             if not 0 <= state < self.n_states:

@@ -14,7 +14,7 @@ MOVES = ((-1, 0), (0, 1), (1, 0), (0, -1))
 
 
 class GridEnv(TabularMDPEnv):
-    def __init__(self, size: int = 50, render_mode: str | None = None) -> None:
+    def __init__(self, size: int = 50, render_mode: str | None = None, seed_base: int = 0) -> None:
         if size < 2:
             raise ValueError("size must be at least 2")
         self.size = size
@@ -33,7 +33,7 @@ class GridEnv(TabularMDPEnv):
                 P[s][a] = [(1.0, nxt, 1.0, True)] if nxt == self.goal else [(1.0, nxt, 0.0, False)]
         initial = np.full(n, 1.0 / (n - 1))
         initial[self.goal] = 0.0
-        super().__init__(P, 4, initial)
+        super().__init__(P, 4, initial, seed_base=seed_base)
         self.render_mode = render_mode
 
     def embedding(self, kind: str = "informative", seed: int = 0) -> np.ndarray:

@@ -26,7 +26,7 @@ def _group_rewards(rng: np.random.Generator, n_groups: int, n_actions: int, delt
 
 class GroupedEnv(TabularMDPEnv):
     def __init__(self, n_groups: int = 8, group_size: int = 8, n_actions: int = 4, delta: float = 0.1,
-                 mdp_seed: int = 0, render_mode: str | None = None) -> None:
+                 mdp_seed: int = 0, render_mode: str | None = None, seed_base: int = 0) -> None:
         if n_groups < 2 or group_size < 1 or n_actions < 1:
             raise ValueError("need n_groups >= 2, group_size >= 1, n_actions >= 1")
         rng = np.random.default_rng(mdp_seed)
@@ -46,7 +46,7 @@ class GroupedEnv(TabularMDPEnv):
                 members = rng.integers(group_size, size=2)  # the member of each target group this state lands on
                 P[s][a] = [(float(self.group_mass[g, a, j]), int(self.group_targets[g, a, j] * group_size + members[j]),
                             float(self.group_reward[g, a]), False) for j in range(2)]
-        super().__init__(P, n_actions, np.full(n, 1.0 / n))
+        super().__init__(P, n_actions, np.full(n, 1.0 / n), seed_base=seed_base)
         self.render_mode = render_mode
 
     def true_groups(self) -> np.ndarray:

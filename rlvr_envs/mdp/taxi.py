@@ -13,11 +13,11 @@ from rlvr_envs.mdp.base import TabularMDPEnv, TransitionTable, check_kind
 
 
 class TaxiEnv(TabularMDPEnv):
-    def __init__(self, rainy: bool = False, render_mode: str | None = None) -> None:
+    def __init__(self, rainy: bool = False, render_mode: str | None = None, seed_base: int = 0) -> None:
         self._model = _GymTaxi(is_rainy=rainy)
         P: TransitionTable = {int(s): {int(a): [(float(p), int(t), float(r), bool(d)) for p, t, r, d in ts]
                                        for a, ts in row.items()} for s, row in self._model.P.items()}
-        super().__init__(P, 6, np.asarray(self._model.initial_state_distrib, dtype=np.float64))
+        super().__init__(P, 6, np.asarray(self._model.initial_state_distrib, dtype=np.float64), seed_base=seed_base)
         self.rainy = rainy
         self.render_mode = render_mode
 

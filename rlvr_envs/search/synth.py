@@ -23,6 +23,7 @@ from rlvr_envs.core import Task, TaskSource
 from rlvr_envs.search.corpus import Corpus, Document
 from rlvr_envs.search.env import SearchEnv
 from rlvr_envs.search.retrievers import require_retriever
+from rlvr_envs.splits import check_seed_base
 
 _CONS = ["b", "d", "f", "g", "h", "k", "l", "m", "n", "p", "r", "s", "t", "v", "z", "th", "sh", "ch", "kr", "dr"]
 _VOW = ["a", "e", "i", "o", "u"]
@@ -145,22 +146,27 @@ def synth_corpus(num_docs: int, seed: int = 0) -> tuple[KnowledgeBase, Corpus]:
 class MultiHopSource(TaskSource):
     """Question ``i`` is drawn from its own seeded stream: any index is generated directly, in any order."""
 
-    _ID = re.compile(r"^mhs-s(-?\d+)-n(\d+)-h(\d+)-(\d+)$")
+    _ID = re.compile(r"^mhs-s(-?\d+)-n(\d+)-h(\d+)(?:-b\d+)?-(\d+)$")
 
-    def __init__(self, kb: KnowledgeBase, corpus: Corpus, *, hops: int, seed: int, num_tasks: int):
+    def __init__(self, kb: KnowledgeBase, corpus: Corpus, *, hops: int, seed: int, num_tasks: int,
+                 seed_base: int = 0):
         if not 1 <= hops <= 10:
             raise ValueError(f"hops must be in [1, 10], got {hops}")
         if num_tasks < 1:
             raise ValueError("num_tasks must be >= 1")
         self.kb, self.corpus, self.hops, self.seed, self.num_tasks = kb, corpus, int(hops), int(seed), int(num_tasks)
-        self.name = f"multihopsynth-s{seed}-n{len(corpus)}-h{hops}"
+        # seed_base: another stream of questions over the same knowledge base (rlvr_envs.splits); its ids carry
+        # "-b<seed_base>" so the two streams' ids never name each other's questions. 0 keeps the original ids.
+        self.seed_base = check_seed_base(seed_base)
+        self._split = f"-b{self.seed_base}" if self.seed_base else ""
+        self.name = f"multihopsynth-s{seed}-n{len(corpus)}-h{hops}{self._split}"
         self._by_type = {t: [r for r, (s, _, _) in RELATIONS.items() if s == t] for t in (PERSON, ORG, CITY)}
 
     def __len__(self) -> int:
         return self.num_tasks
 
     def _task_id(self, index: int) -> str:
-        return f"mhs-s{self.seed}-n{len(self.corpus)}-h{self.hops}-{index}"
+        return f"mhs-s{self.seed}-n{len(self.corpus)}-h{self.hops}{self._split}-{index}"
 
     def index_of(self, task_id: str) -> int:
         m = self._ID.match(task_id)
@@ -170,7 +176,7 @@ class MultiHopSource(TaskSource):
 
     def chain(self, index: int) -> tuple[list[int], list[str]]:
         """(entities e0..e_hops, relations r1..r_hops) of question ``index``; entities along a chain are distinct."""
-        rng = np.random.default_rng([self.seed, 1, index])
+        rng = np.random.default_rng([self.seed, 1, index] + ([self.seed_base] if self.seed_base else []))
         n = len(self.corpus)
         for _ in range(1000):
             entities = [int(rng.integers(n))]
@@ -204,14 +210,15 @@ class MultiHopSource(TaskSource):
         return h.hexdigest()
 
 
-def make_env(*, corpus_size: int = 1000, hops: int = 2, seed: int = 0, num_tasks: int = 1000,
+def make_env(*, corpus_size: int = 1000, hops: int = 2, seed: int = 0, num_tasks: int = 1000, seed_base: int = 0,
              **env_kwargs: Any) -> SearchEnv:
-    """``seed`` fixes the knowledge base and the questions; ``reset(seed=)`` only picks among the questions."""
+    """``seed`` fixes the knowledge base and the questions, ``seed_base`` draws another stream of questions over the
+    same knowledge base (the trainer's held-out split); ``reset(seed=)`` only picks among the questions."""
     retriever = env_kwargs.get("retriever", "bm25")
     if isinstance(retriever, str):  # the index is built at the first search; fail at make time instead
         require_retriever(retriever, "rlvr/MultiHopSynth-v0")
     kb, corpus = synth_corpus(int(corpus_size), int(seed))
-    source = MultiHopSource(kb, corpus, hops=hops, seed=seed, num_tasks=num_tasks)
+    source = MultiHopSource(kb, corpus, hops=hops, seed=seed, num_tasks=num_tasks, seed_base=seed_base)
     env_kwargs.setdefault("max_turns", hops + 2)
     env_kwargs.setdefault("max_searches", hops + 1)
     return SearchEnv(source, corpus, **env_kwargs)

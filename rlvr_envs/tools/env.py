@@ -7,7 +7,8 @@ Reward (outcome with a precision term, not recall): 0 unless the final database 
 ground-truth plan produces *and*, for questions, the final answer equals the ground-truth answer; otherwise
 ``min(1, plan_length / calls_made)``, so every call beyond the minimal plan (redundant, invalid or failing) lowers it.
 Knobs: ``min_steps``/``max_steps`` (plan length), ``services`` (which services queries use), ``distractor_tools``
-(extra tools from other services exposed in the prompt).
+(extra tools from other services exposed in the prompt), ``seed_base`` (another stream of tasks, e.g. the trainer's
+held-out ``seed_base=1``; 0 is the original stream, ``rlvr_envs.splits``).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import numpy as np
 
 from rlvr_envs.core import UNVERIFIABLE, Message, Task, TaskSource, Verdict, verdict_status
 from rlvr_envs.rubric import Rubric
+from rlvr_envs.splits import check_seed_base
 from rlvr_envs.tools.base import ToolEnv, tools_system_prompt
 from rlvr_envs.tools.sandbox import CallResult, Sandbox
 from rlvr_envs.tools.services import SERVICES, TOOLS
@@ -44,17 +46,19 @@ class ToolUseSource(TaskSource):
     """Procedural tasks: ``task(i)`` is a function of (seed, knobs, i) alone."""
 
     def __init__(self, *, size: int = DEFAULT_SIZE, seed: int = 0, min_steps: int = 1, max_steps: int = 4,
-                 services: Sequence[str] = SERVICES, distractor_tools: int = 2):
+                 services: Sequence[str] = SERVICES, distractor_tools: int = 2, seed_base: int = 0):
         unknown = set(services) - set(SERVICES)
         if unknown:
             raise ValueError(f"unknown services {sorted(unknown)}; choose from {list(SERVICES)}")
         if size < 1 or distractor_tools < 0:
             raise ValueError("size must be >= 1 and distractor_tools >= 0")
-        self.size, self.seed = int(size), int(seed)
+        self.size, self.seed, self.seed_base = int(size), int(seed), check_seed_base(seed_base)
         self.services = tuple(s for s in SERVICES if s in services)
         self.min_steps, self.max_steps, self.distractor_tools = int(min_steps), int(max_steps), int(distractor_tools)
         self.templates = eligible_templates(self.min_steps, self.max_steps, self.services)
-        self.name = f"tooluse(seed={self.seed},steps={self.min_steps}-{self.max_steps},services={'+'.join(self.services)})"
+        split = f",seed_base={self.seed_base}" if self.seed_base else ""  # seed_base=0 keeps the original name
+        self.name = (f"tooluse(seed={self.seed}{split},steps={self.min_steps}-{self.max_steps},"
+                     f"services={'+'.join(self.services)})")
         self._cache: OrderedDict[int, Task] = OrderedDict()
 
     def __len__(self) -> int:
@@ -66,7 +70,9 @@ class ToolUseSource(TaskSource):
         if index in self._cache:
             self._cache.move_to_end(index)
             return self._cache[index]
-        rng = np.random.default_rng([self.seed, index, SYNTHESIS_VERSION])
+        # seed_base=0 keeps the original key, so existing tasks and results are unchanged
+        key = [self.seed, index, SYNTHESIS_VERSION] + ([self.seed_base] if self.seed_base else [])
+        rng = np.random.default_rng(key)
         db_seed = int(rng.integers(2**31))
         sandbox = Sandbox.generate(db_seed)
         try:
@@ -129,9 +135,10 @@ class ToolUseEnv(ToolEnv):
                  min_steps: int = 1, max_steps: int = 4, services: Sequence[str] = SERVICES,
                  distractor_tools: int = 2, precision_penalty: bool = True, tools_in_prompt: bool = True,
                  max_turns: int = 10, max_calls: int = 16, max_calls_per_turn: int = 8, render_mode: str | None = None,
-                 max_invalid_streak: int | None = None, rubric: Rubric | Mapping[str, Any] | None = None):
+                 max_invalid_streak: int | None = None, rubric: Rubric | Mapping[str, Any] | None = None,
+                 seed_base: int = 0):
         source = source or ToolUseSource(size=size, seed=seed, min_steps=min_steps, max_steps=max_steps,
-                                         services=services, distractor_tools=distractor_tools)
+                                         services=services, distractor_tools=distractor_tools, seed_base=seed_base)
         super().__init__(source, max_turns=max_turns, max_calls=max_calls, max_calls_per_turn=max_calls_per_turn,
                          verifier_name="sandbox final state + answer, precision-penalized", render_mode=render_mode,
                          max_invalid_streak=max_invalid_streak, rubric=rubric)
