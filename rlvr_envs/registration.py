@@ -29,6 +29,9 @@ class EnvEntry:
     max_episode_steps: int | None = None
     extra: str | None = None  # the pip extra its dependencies come with (rlvr_envs.extras); None: the core install
     package: str = PACKAGE  # the distribution that provides it (a plugin's, for rows from an entry point)
+    # Text envs (True): ``gymnasium.make_vec(id, n)`` and ``rlvr_envs.make_vec`` autoreset a finished sub-env in the
+    # same step, so no step is a wasted reset; tabular MDP rows (False) keep gymnasium's next-step default.
+    same_step_autoreset: bool = True
 
 
 _MATH = "rlvr_envs.tasks.math:make_env"
@@ -73,11 +76,11 @@ ENVS: list[EnvEntry] = [
              "weight"),
     # -- tabular bisimulation testbeds (rlvr_envs/mdp; Discrete observations, not text) ---------------------------
     EnvEntry("rlvr/Grouped64-v0", "rlvr_envs.mdp.grouped:GroupedEnv", "procedural MDP, 8 bisimilar groups x 8 (mdp_seed=)",
-             "64 states", "MDP reward", {}, max_episode_steps=200),
+             "64 states", "MDP reward", {}, max_episode_steps=200, same_step_autoreset=False),
     EnvEntry("rlvr/Taxi-v0", "rlvr_envs.mdp.taxi:TaxiEnv", "Gymnasium Taxi-v4 model (rainy=True: slippery moves)",
-             "500 states", "MDP reward", {}, max_episode_steps=200),
+             "500 states", "MDP reward", {}, max_episode_steps=200, same_step_autoreset=False),
     EnvEntry("rlvr/Grid50-v0", "rlvr_envs.mdp.grid:GridEnv", "50x50 gridworld, +1 goal, -1 wall bump (size=)",
-             "2500 states", "MDP reward", {}, max_episode_steps=1000),
+             "2500 states", "MDP reward", {}, max_episode_steps=1000, same_step_autoreset=False),
 ]
 
 
@@ -101,8 +104,11 @@ def all_entries() -> list[EnvEntry]:
 
 
 def _register(e: EnvEntry) -> None:
+    from rlvr_envs.spaces import TextVectorEntryPoint
+
     gym.register(id=e.id, entry_point=e.entry_point, kwargs=dict(e.kwargs),
-                 max_episode_steps=e.max_episode_steps, disable_env_checker=False)
+                 max_episode_steps=e.max_episode_steps, disable_env_checker=False,
+                 vector_entry_point=TextVectorEntryPoint(e.id) if e.same_step_autoreset else None)
 
 
 def register_all() -> None:

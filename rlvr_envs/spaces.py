@@ -18,12 +18,15 @@ from __future__ import annotations
 import multiprocessing as mp
 import string
 from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import partial
 from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import shared_memory as _shm
 
 PRINTABLE = string.ascii_letters + string.digits + string.punctuation + " \n\t"
@@ -100,11 +103,45 @@ def _write_text_memory(space: TextSpace, index: int, value: str, shared_memory) 
     row[1 : 1 + len(codes)] = codes
 
 
+def _make_registered(env_id: str, env_kwargs: dict[str, Any]) -> gym.Env:
+    # Module level, so an async worker unpickles it by reference, which imports rlvr_envs and registers every ID.
+    return gym.make(env_id, **env_kwargs)
+
+
+@dataclass(frozen=True)
+class TextVectorEntryPoint:
+    """The ``vector_entry_point`` of every text env row (``rlvr_envs.registration``).
+
+    ``gymnasium.make_vec(env_id, num_envs)`` without ``vectorization_mode`` calls it: a ``SyncVectorEnv`` with
+    *same-step* autoreset. A single-turn env ends on every step; under gymnasium's default next-step autoreset every
+    other ``step()`` would be a reset whose actions are ignored and whose rewards are 0. ``autoreset_mode=`` (a
+    keyword of ``make_vec``) picks another mode; every other keyword goes to the env.
+    """
+
+    env_id: str
+
+    def __call__(self, num_envs: int = 1, *, autoreset_mode: AutoresetMode | str | None = None,
+                 **env_kwargs: Any) -> gym.vector.VectorEnv:
+        mode = AutoresetMode.SAME_STEP if autoreset_mode is None else AutoresetMode(autoreset_mode)
+        env_fns = [partial(_make_registered, self.env_id, dict(env_kwargs)) for _ in range(num_envs)]
+        return gym.vector.SyncVectorEnv(env_fns, autoreset_mode=mode)
+
+
+def default_autoreset_mode(env_id: str) -> AutoresetMode:
+    """The autoreset mode a row declares (same-step for text envs), else gymnasium's default (next-step)."""
+    try:
+        entry = gym.spec(env_id).vector_entry_point
+    except gym.error.Error:  # an unregistered "module:id" is left for gymnasium.make_vec to import and report
+        return AutoresetMode.NEXT_STEP
+    return AutoresetMode.SAME_STEP if isinstance(entry, TextVectorEntryPoint) else AutoresetMode.NEXT_STEP
+
+
 def make_vec(env_id: str, num_envs: int = 1, *, vectorization_mode: str = "sync", vector_kwargs: dict | None = None,
              **env_kwargs: Any) -> gym.vector.VectorEnv:
-    """``gymnasium.make_vec`` (kept as a stable entry point; the async text path is fixed by the handlers above)."""
+    """``gymnasium.make_vec`` with the row's autoreset mode as the default (same-step for text envs), so
+    ``vectorization_mode="async"`` scores every step too; ``vector_kwargs={"autoreset_mode": ...}`` overrides it."""
     vector_kwargs = dict(vector_kwargs or {})
+    if vectorization_mode != "vector_entry_point":  # that mode takes no vector_kwargs (its own keyword instead)
+        vector_kwargs.setdefault("autoreset_mode", default_autoreset_mode(env_id))
     return gym.make_vec(env_id, num_envs=num_envs, vectorization_mode=vectorization_mode,
                         vector_kwargs=vector_kwargs, **env_kwargs)
-
-
