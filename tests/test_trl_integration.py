@@ -92,3 +92,27 @@ def test_grpo_vs_trl_benchmark_times_both_sides_on_the_same_workload(tmp_path):
         main(["--model", "tiny", "--rounds", "0"])
     with pytest.raises(SystemExit):
         main(["--model", "tiny", "--n", "1"])
+
+
+def test_reward_fn_with_other_env_kwargs_than_the_dataset_raises_showing_both():
+    import gymnasium as gym
+
+    kwargs = {"max_operand": 999, "num_operations": 2}
+    data = dataset(ENV, 4, conversational=False, env_kwargs=kwargs)
+    assert len(set(data["env_fingerprint"])) == 1 and data["env_fingerprint"][0] != dataset(ENV, 1)["env_fingerprint"][0]
+    env = gym.make(ENV, **kwargs).unwrapped
+    gold = [env.gold_response(env.source.task(env.source.index_of(t))) for t in data["task_id"]]
+    columns = {"task_id": data["task_id"], "env_kwargs": data["env_kwargs"], "env_fingerprint": data["env_fingerprint"]}
+    # the same kwargs: every gold answer scores 1 (the check passes rows that match)
+    assert reward_fn(ENV, env_kwargs=kwargs)(prompts=data["prompt"], completions=gold, **columns) == [1.0] * 4
+    # without them the ids name other tasks: an error naming both kwargs, not gold answers scored 0
+    with pytest.raises(ValueError) as raised:
+        reward_fn(ENV)(prompts=data["prompt"], completions=gold, **columns)
+    message = str(raised.value)
+    assert '"max_operand": 999' in message and '"num_operations": 2' in message and "env_kwargs={}" in message
+    # a default written out is the same env as the default left out
+    explicit_default = reward_fn(ENV, env_kwargs={"max_operand": 50})
+    plain = dataset(ENV, 2, conversational=False)
+    plain_gold = [gym.make(ENV).unwrapped.gold_response(gym.make(ENV).unwrapped.source.task(i)) for i in range(2)]
+    assert explicit_default(prompts=plain["prompt"], completions=plain_gold, task_id=plain["task_id"],
+                            env_fingerprint=plain["env_fingerprint"]) == [1.0, 1.0]
