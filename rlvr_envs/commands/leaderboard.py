@@ -7,6 +7,7 @@ import json
 import sys
 
 from rlvr_envs.extras import require_extra
+from rlvr_envs.harness.reproduce import DEFAULT_SAMPLE, evidence_text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -26,6 +27,10 @@ def configure(p: argparse.ArgumentParser) -> None:
     s.add_argument("results", help="results JSON written by `rlvr eval`")
     s.add_argument("--board", required=True, help="board name (one per benchmark), e.g. arithmetic")
     s.add_argument("--label", default=None, help="a short label for this entry")
+    s.add_argument("--reproduce", type=int, nargs="?", const=DEFAULT_SAMPLE, default=0, metavar="N",
+                   help=f"ask for the reproduced tier: load the policy here, decode N records again (default "
+                        f"{DEFAULT_SAMPLE}) and recount tokens; rejected if the policy cannot be loaded or disagrees. "
+                        "Without it the entry's model name, responses and token counts are marked self-reported")
     s.set_defaults(func=run)
     pb = actions.add_parser("publish", help="evaluate a finished training run's final policy on its lane's held-out "
                             "tasks and submit it, with its training cost and learning curve", parents=[common])
@@ -64,11 +69,13 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         if args.action == "submit":
-            entry = lb.submit(args.results, args.board, boards_dir=args.boards_dir, label=args.label)
+            entry = lb.submit(args.results, args.board, boards_dir=args.boards_dir, label=args.label,
+                              reproduce=args.reproduce)
             path = lb.board_path(args.board, args.boards_dir)
             m = entry["metrics"]
             print(f"accepted on board {args.board!r} ({path}): {entry['model']} accuracy={m['accuracy']:.4f} "
-                  f"over {entry['n_tasks']} tasks x {entry['n_samples']} samples (entry {entry['id']})")
+                  f"over {entry['n_tasks']} tasks x {entry['n_samples']} samples (entry {entry['id']}); "
+                  f"{evidence_text(entry)}")
             return 0
         if args.action == "publish":
             require_extra("agents", "rlvr leaderboard publish")
@@ -102,6 +109,8 @@ def run(args: argparse.Namespace) -> int:
                 print("no boards yet")
             for path in paths:
                 print(lb.format_board(lb.load_board(path)) + "\n")
+            if paths:
+                print(lb.EVIDENCE_NOTE)
             return 0
         require_extra("plots", "rlvr leaderboard render")  # one PNG plot per board
         from rlvr_envs.harness.render import render_site

@@ -8,8 +8,11 @@ cannot outrank the others.
 ``submit`` validates the results schema, re-scores every per-sample record with the env's own verifier
 (``env.unwrapped.score``), recomputes every metric and rejects any disagreement with the claimed numbers, then appends
 under a file lock with an atomic replace: concurrent submits lose nothing and a crash mid-write leaves the old board.
-Token counts are the agent's own report and cannot be re-derived without the model; they are taken as claimed. So is
-the split of incorrect records into "wrong" and "unverifiable" (a record's ``status``): whether a check times out
+Tiers (``rlvr_envs.harness.reproduce``): when the evaluated policy loads here with the claimed weights hash, a seeded
+sample of records is decoded again and must match exactly, and token counts are recounted with its tokenizer (a false
+model name, a rewritten response or a made-up count is rejected); the entry is *reproduced*. Otherwise the model name,
+responses and token counts are the agent's own report, taken as claimed and marked *self-reported*, field by field, in
+``show`` and on the page. Taken as claimed too is the split of incorrect records into "wrong" and "unverifiable" (a record's ``status``): whether a check times out
 depends on the machine, so the board re-verifies ``correct`` (which wins over a status that contradicts it) and keeps
 the claimed split; ``unverifiable_rate`` is recomputed from it (entries submitted before it existed show "n/a").
 An entry may carry a ``training`` block (a trained run's method, seed, cost and learning curve; see
@@ -29,6 +32,13 @@ from pathlib import Path
 from typing import Any
 
 from rlvr_envs.harness.metrics import answer_equivalence, compute_metrics, metrics_match
+from rlvr_envs.harness.reproduce import (
+    PolicyResolver,
+    check_reproduced,
+    evidence_text,
+    resolve_loadable_policy,
+    self_reported,
+)
 from rlvr_envs.harness.results import SchemaError, atomic_write_json, env_version, now_iso, validate
 
 BOARD_SCHEMA = "rlvr-board"
@@ -146,6 +156,29 @@ def verify_results(doc: Any, *, max_reports: int = 5) -> dict[str, Any]:
     return recomputed
 
 
+def reproduction_evidence(doc: Mapping[str, Any], digest: str, sample_size: int,
+                          resolve_policy: PolicyResolver | None = None) -> dict[str, Any]:
+    """The entry's tier: reproduced (model, responses and token counts checked against the policy loaded here) or
+    self-reported with the reason; raises ``SubmissionRejected`` when a loadable policy contradicts the file."""
+    if sample_size < 1:
+        return self_reported("reproduction not requested (submit --reproduce)")
+    agent = (doc.get("provenance") or {}).get("agent") or {}
+    loadable = (resolve_policy or resolve_loadable_policy)(agent)
+    if loadable is None:
+        # asked for, so not silently downgraded: the submitter resubmits without it for the self-reported tier
+        raise SubmissionRejected(
+            f"the reproduced tier needs the evaluated policy loadable here; {agent.get('model') or agent.get('class')!r}"
+            " is not (a PolicyAgent on the hf engine with its precision recorded, and a model that loads without a "
+            "download: tiny-seed<N>, smollm2 or a local directory). Submit without --reproduce: the entry is then "
+            "self-reported")
+    evidence, problems = check_reproduced(doc, loadable, digest, sample_size=sample_size)
+    if problems:
+        raise SubmissionRejected(f"reproduction with the loadable policy {agent.get('model')!r} failed: "
+                                 + "; ".join(problems[:5]) + (f" (and {len(problems) - 5} more)" if len(problems) > 5
+                                                              else ""))
+    return evidence
+
+
 def has_scoring_wrapper(env: Any) -> bool:
     """Whether a wrapper that is not one of gymnasium's own (order enforcing, env checker, time limit) sits between
     ``env`` and the text env: such a wrapper may change what a response scores."""
@@ -212,7 +245,20 @@ def check_pin(board: Mapping[str, Any], pin: Mapping[str, Any]) -> None:
     raise SubmissionRejected(
         f"board {board['board']!r} is pinned to {describe_pin(expected)}; these results have {describe_pin(pin)}. "
         f"Different {' and '.join(what)}: entries of one board must be evaluated on the same tasks with the same "
-        "number of samples (rerun on the board's task set, or submit to another board)")
+        f"number of samples. Rerun with: {rerun_flags(board)} (the first {expected['n_tasks']} tasks, the set a "
+        "board created by `rlvr leaderboard create` or by an `rlvr eval --limit` run is pinned to), or submit to "
+        "another board")
+
+
+def rerun_flags(board: Mapping[str, Any]) -> str:
+    """The ``rlvr eval`` flags that evaluate a board's pinned env, kwargs, task count and samples per task."""
+    import shlex
+
+    flags = ["rlvr", "eval", "--env", board["env_id"]]
+    if board.get("env_kwargs"):
+        flags += ["--env-kwargs", json.dumps(board["env_kwargs"], sort_keys=True)]
+    flags += ["--limit", str(board["pin"]["n_tasks"]), "--samples", str(board["pin"]["n_samples"])]
+    return shlex.join(flags)
 
 
 # -- the training block -----------------------------------------------------------------------------------------------
@@ -302,7 +348,8 @@ def _require_pin(board: Mapping[str, Any], name: str) -> None:
 
 
 def _entry(doc: Mapping[str, Any], metrics: Mapping[str, Any], digest: str, label: str | None,
-           results_name: str | None, training: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           results_name: str | None, training: Mapping[str, Any] | None = None,
+           evidence: Mapping[str, Any] | None = None) -> dict[str, Any]:
     prov, cfg = doc["provenance"], doc["config"]
     agent = prov.get("agent") or {}
     entry = {
@@ -322,6 +369,7 @@ def _entry(doc: Mapping[str, Any], metrics: Mapping[str, Any], digest: str, labe
         "submitted_at": now_iso(),
         "results_file": results_name,
         "provenance": {k: prov.get(k) for k in ("package", "env", "data", "agent", "machine", "created_at")},
+        "evidence": dict(evidence) if evidence is not None else self_reported("not checked"),
     }
     if training is not None:
         entry["training"] = dict(training)  # reported by the run, not re-verified
@@ -334,11 +382,14 @@ def _digest(doc: Any) -> str:
 
 def submit(results: str | os.PathLike | Mapping[str, Any], board: str, *,
            boards_dir: str | os.PathLike | None = None, label: str | None = None,
-           training: Mapping[str, Any] | None = None) -> dict[str, Any]:
+           training: Mapping[str, Any] | None = None, reproduce: int = 0,
+           resolve_policy: PolicyResolver | None = None) -> dict[str, Any]:
     """Verify ``results`` (a path or a parsed document) and append it to ``board``; return the new entry.
 
     ``training``: an optional block of the trained run's reported cost and learning curve (``validate_training``),
-    stored on the entry beside the re-verified metrics."""
+    stored on the entry beside the re-verified metrics. ``reproduce``: ask for the reproduced tier, decoding this
+    many records again with the policy loaded here (``resolve_policy``, default ``resolve_loadable_policy``); a policy
+    that cannot be loaded, or that contradicts the file, rejects the submission. 0 (the default): self-reported."""
     from filelock import FileLock
 
     path = board_path(board, boards_dir)  # the name is checked before any work
@@ -355,7 +406,8 @@ def submit(results: str | os.PathLike | Mapping[str, Any], board: str, *,
     metrics = verify_results(doc)
     training = validate_training(training, doc) if training is not None else None
     digest = _digest(doc)
-    entry = _entry(doc, metrics, digest, label, results_name, training)
+    evidence = reproduction_evidence(doc, digest, reproduce, resolve_policy)
+    entry = _entry(doc, metrics, digest, label, results_name, training, evidence)
 
     pin = results_pin(doc)  # the task ids were checked against the env's source by verify_results
 
@@ -507,7 +559,8 @@ def format_board(board: Mapping[str, Any]) -> str:
     entries = ranked(list(board["entries"]))
     trained = has_training(board)
     header = ("#", "model", "label", "tasks", "samples", "accuracy", "pass@n", "maj@n", "len mean", "fmt err",
-              "unverif", *(("rollouts", "train tok", "FLOPs~", "train s") if trained else ()), "submitted")
+              "unverif", *(("rollouts", "train tok", "FLOPs~", "train s") if trained else ()), "submitted",
+              "evidence")
     rows = []
     for rank, e in enumerate(entries, 1):
         m, n = e["metrics"], e["n_samples"]
@@ -516,9 +569,14 @@ def format_board(board: Mapping[str, Any]) -> str:
                      f"{m.get('length_mean', 0):.1f} {'tok' if m.get('length_unit') == 'tokens' else 'words'}",
                      f"{m.get('format_error_rate', 0):.3f}", unverifiable_cell(m),
                      *(training_cells(e) if trained else ()),
-                     e.get("submitted_at", "")))
+                     e.get("submitted_at", ""), evidence_text(e)))
     title = f"board {board['board']}: {board['env_id']} ({len(entries)} entries; {pin_summary(board)})"
     if trained:
         title += "\n(rollouts, train tok, FLOPs~, train s: the training run's own report, not re-verified)"
+
     return title + "\n" + format_table(rows, header) if rows else title
+
+
+EVIDENCE_NOTE = ("evidence: every entry's verdicts are re-verified; model name, responses and token counts are "
+                 "reproduced only for entries submitted with --reproduce (the policy loaded here), else self-reported")
 

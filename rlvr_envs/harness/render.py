@@ -26,6 +26,7 @@ from rlvr_envs.harness.leaderboard import (
     training_cells,
     unverifiable_cell,
 )
+from rlvr_envs.harness.reproduce import entry_evidence, evidence_text
 
 _SORT_JS = """
 document.querySelectorAll('table.board').forEach(function (table) {
@@ -187,7 +188,7 @@ def board_table(board: dict[str, Any]) -> str:
     head = ["#", "model", "label", "tasks", "samples", "accuracy", "pass@n", "maj@n", "mean length", "median length",
             "format errors", "unverifiable", "tokens", "wall s",
             *(["train rollouts", "train tokens", "train FLOPs", "train wall s"] if trained else []),
-            "submitted", "provenance"]
+            "submitted", "evidence", "provenance"]
     rows = []
     for rank, e in enumerate(entries, 1):
         m, n = e["metrics"], e["n_samples"]
@@ -213,6 +214,7 @@ def board_table(board: dict[str, Any]) -> str:
             _cell(e.get("wall_time_s"), f"{e['wall_time_s']:.1f}" if e.get("wall_time_s") is not None else ""),
             *(train if trained else []),
             _cell(e.get("submitted_at", ""), cls="text"),
+            _cell(entry_evidence(e).get("tier"), evidence_text(e), cls="text"),
             f'<td class="text" data-v=""><details><summary>show</summary><pre>{html.escape(prov)}</pre></details></td>',
         ]
         rows.append("<tr>" + "".join(cells) + "</tr>")
@@ -257,7 +259,10 @@ def render_site(boards_dir: str | os.PathLike | None = None, out_dir: str | os.P
         "<p>Every entry was re-verified with the environment's own verifier when submitted. "
         "<em>unverifiable</em>: the share of samples the verifier could not decide (timeouts, crashed checks, "
         "unreadable gold answers), counted as not correct in the accuracy columns; n/a for entries submitted "
-        "before it was recorded. Click a column header to sort.</p>"
+        "before it was recorded. <em>evidence</em>: model name, responses and token counts are <em>reproduced</em> "
+        "where the evaluated policy loads here with the claimed weights hash (a seeded sample of records decoded "
+        "again must match exactly, token counts recounted with its tokenizer); everywhere else they are the "
+        "submitter's report, <em>self-reported</em>. Click a column header to sort.</p>"
         + "".join(sections) + f"<script>{_SORT_JS}</script></body></html>\n"
     )
     index = out / "index.html"
