@@ -5,8 +5,11 @@ from __future__ import annotations
 import argparse
 import functools
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable
+from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from rlvr_envs.commands import json_object
@@ -19,7 +22,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--env", required=True, help="env ID, e.g. rlvr/MATH500-v0")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--model", default="smollm2", help="smollm2, tiny, a Hugging Face model id or a local path")
-    who.add_argument("--agent", help="module:attr of an agent class or factory (called with --agent-kwargs)")
+    who.add_argument("--agent", help="module:attr or path/to/file.py:attr of an agent class or factory (called with "
+                     "--agent-kwargs); a module must be importable (run from its folder or put it on PYTHONPATH)")
     p.add_argument("--agent-kwargs", default="{}", help="JSON object of keyword arguments for --agent")
     p.add_argument("--samples", type=int, default=1, help="samples per task (n of pass@k / maj@k)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N tasks")
@@ -50,15 +54,42 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+def _import_file(path: Path) -> ModuleType:
+    """Import a ``.py`` file as a module named after it (its folder goes first on ``sys.path``, so its own sibling
+    imports resolve as they would when run from there)."""
+    name = f"rlvr_agent_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise ImportError(f"cannot load {path}")
+    module = importlib.util.module_from_spec(spec)
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
 def load_agent_factory(spec: str) -> Any:
-    """``package.module:attr`` -> the attribute (import only; nothing is evaluated)."""
-    module_name, sep, attr = spec.partition(":")
+    """``package.module:attr`` or ``path/to/file.py:attr`` -> the attribute (import only; nothing is evaluated)."""
+    module_name, sep, attr = spec.rpartition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"--agent {spec!r}: expected module:attr")
+        raise SystemExit(f"--agent {spec!r}: expected module:attr or path/to/file.py:attr")
+    as_file = module_name.endswith(".py") or "/" in module_name or "\\" in module_name
     try:
-        obj: Any = importlib.import_module(module_name)
+        if as_file:
+            path = Path(module_name).expanduser().resolve()
+            if not path.is_file():
+                raise SystemExit(f"--agent {spec!r}: no file {path}")
+            obj: Any = _import_file(path)
+        else:
+            obj = importlib.import_module(module_name)
     except ImportError as exc:
-        raise SystemExit(f"--agent {spec!r}: cannot import {module_name!r} ({exc})") from None
+        hint = ""
+        if not as_file and isinstance(exc, ModuleNotFoundError) and exc.name == module_name.split(".")[0]:
+            hint = (f"; Python looks for it on sys.path: run from the folder that holds {module_name.split('.')[0]}"
+                    f".py, add that folder to PYTHONPATH (PYTHONPATH=path/to/folder rlvr eval ...), or give the "
+                    f"file: --agent path/to/{module_name.replace('.', '/')}.py:{attr}")
+        raise SystemExit(f"--agent {spec!r}: cannot import {module_name!r} ({exc}){hint}") from None
     for part in attr.split("."):
         if not hasattr(obj, part):
             raise SystemExit(f"--agent {spec!r}: {module_name} has no attribute {attr!r}")
@@ -83,6 +114,10 @@ def build_policy_agent(args: argparse.Namespace, temperature: float) -> Any:
     from agents.policy import PolicyAgent, load_policy
     from agents.policy.engine import SamplingParams, make_engine
 
+    if args.no_progress:  # transformers' weight-loading bar is its own; the harness's flag covers it too
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
     policy = load_policy(args.model, dtype=args.dtype, seed=args.seed)
     engine_kwargs = ({"max_batch_size": args.decode_slots, "continuous": not args.static_batching}
                      if args.backend == "hf" else {})
