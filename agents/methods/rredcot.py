@@ -332,9 +332,12 @@ class RREDCoTAdvantage(Component):
 declare(Comparison(
     method="rredcot", baseline="grpo", metric="final_accuracy", direction="higher",
     known_result=(
-        "micro lane, seeds 0-2 (commit 19d3900 runs): final mean@4 0.368 vs GRPO 0.510, diff -0.143 [95% paired "
-        "bootstrap -0.345, -0.020]: not reproduced (worse). Seeds 0 and 2 tracked GRPO to step 50 (0.46-0.50) and "
-        "ended 0.05 and 0.03 below it; seed 1 collapsed after step 40 (0.466 -> 0.142, eval length 26 -> 17 tokens)"),
+        "micro lane at HEAD keys, seeds 0-4 (2026-12-07, after the verifier-scored value and the outcome gate): "
+        "final mean@4 on 1,000 held-out tasks 0.450 vs GRPO 0.434, diff +0.016 [95% t -0.012, +0.043], MDE 0.037 "
+        "(sd between seeds 0.021, eval 0.007): inconclusive, no collapse (per seed +0.020, +0.029, +0.035, -0.022, "
+        "+0.017; 26.2 vs 28.5 eval tokens). Before the fix (19d3900 runs, seeds 0-2) it ended 0.368 vs 0.510 and "
+        "seed 1 collapsed after step 40 (0.466 -> 0.142): the value scored one gold expression and centred z-scores "
+        "paid half the segments of all-wrong groups"),
     claim=("RREDCoT redistributes the terminal reward over CoT segments with the model's own teacher-forced "
            "likelihood of the gold answer, 'without additional generation', as an alternative to Monte-Carlo "
            "credit; the abstract gives no figure (read: higher final accuracy than GRPO's sequence-level credit)")))
