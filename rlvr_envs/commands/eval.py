@@ -43,6 +43,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--dtype", default="float32", help="model dtype (float32, bfloat16, ...)")
     p.add_argument("--env-kwargs", default="{}", help="JSON object of keyword arguments for gym.make")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--remote", default=None, metavar="URL",
+                   help="play the episodes on an `rlvr serve` server at URL (e.g. http://127.0.0.1:8000) instead of "
+                   "in-process; the results file records the URL (provenance.remote)")
     ray = p.add_argument_group("Ray", "shard the tasks over Ray actors (the [ray] extra); same results file")
     ray.add_argument("--ray", nargs="?", const="local", default=None, metavar="ADDRESS",
                      help="evaluate on Ray workers: no ADDRESS starts a local Ray, else ray.init(address=ADDRESS)")
@@ -134,6 +137,9 @@ def run(args: argparse.Namespace) -> int:
             or (args.limit is not None and args.limit < 1)):
         raise SystemExit("--samples, --batch-size, --decode-slots and --limit must be >= 1")
     env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
+    remote = getattr(args, "remote", None)
+    if remote is not None and args.ray is not None:
+        raise SystemExit("--remote and --ray do not combine: Ray workers play in-process envs")
     # A factory rather than an agent: with --ray every worker calls it once (loads its own policy).
     agent_factory: Callable[[], Any]
     if args.agent:
@@ -154,9 +160,16 @@ def run(args: argparse.Namespace) -> int:
                                    workers=args.ray_workers, cpus_per_worker=args.ray_worker_cpus,
                                    gpus_per_worker=args.ray_worker_gpus, **common)
         else:
-            results = evaluate(agent_factory(), args.env, **common)
+            results = evaluate(agent_factory(), args.env, remote=remote, **common)
     except (FileExistsError, ValueError) as exc:
         print(f"rlvr eval: {exc}", file=sys.stderr)
+        return 2
+    except RuntimeError as exc:
+        from rlvr_envs.remote import RemoteEnvError
+
+        if not isinstance(exc, RemoteEnvError):
+            raise
+        print(f"rlvr eval --remote {remote}: {exc}", file=sys.stderr)
         return 2
     print(results.summary())
     print(f"wrote {args.out}")

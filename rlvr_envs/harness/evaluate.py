@@ -19,6 +19,7 @@ composition and the same per-sample seeds, so the records equal an uninterrupted
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -171,12 +172,27 @@ def evaluate(
     resume: bool = False,
     progress: bool = True,
     batch_size: int = 8,
+    remote: str | None = None,
 ) -> Results:
-    """Evaluate ``agent`` on the first ``limit`` tasks of ``env_id`` (index order), ``n_samples`` samples each."""
+    """Evaluate ``agent`` on the first ``limit`` tasks of ``env_id`` (index order), ``n_samples`` samples each.
+
+    ``remote``: the base URL of an ``rlvr serve`` server; the episodes are then played on ``RemoteEnv(remote,
+    env_id)`` sessions instead of in-process envs (the local env still gives the task list, its fingerprint and the
+    provenance, so the records equal an in-process run's), and ``provenance["remote"]`` records the URL."""
+    play: Callable[[], Any] | None = None
+    extra: dict[str, Any] = {}
+    if remote is not None:
+        from rlvr_envs.remote import RemoteEnv
+
+        url = remote.rstrip("/")
+        play = functools.partial(RemoteEnv, url, env_id, env_kwargs=dict(env_kwargs or {}))
+        extra["remote"] = {"url": url}
 
     def run_in_process(env: Any, make_env: Callable[[], Any], source: Any, config: Mapping[str, Any],
                        pending: list[tuple[int, list[tuple[int, int]]]]) -> Generator[dict[str, Any], None, None]:
-        pool = EnvPool(env, make_env)
+        # remote: ``env`` (in-process) only says whether the env is single-turn; the pool plays on served sessions
+        pool = (EnvPool(env, make_env) if play is None
+                else EnvPool(play(), play, single_turn=isinstance(env.unwrapped, TextEnv), owns_first=True))
         try:
             for batch, units in pending:
                 yield _run_batch(agent, pool, source, config, batch, units)
@@ -185,7 +201,7 @@ def evaluate(
 
     return run_evaluation(env_id, describe=lambda: describe_agent(agent), run_batches=run_in_process,
                           n_samples=n_samples, seed=seed, limit=limit, env_kwargs=env_kwargs, out=out, resume=resume,
-                          progress=progress, batch_size=batch_size)
+                          progress=progress, batch_size=batch_size, provenance_extra=extra)
 
 
 def run_evaluation(
@@ -358,13 +374,16 @@ def turn_seed(seed: int, task_index: int, sample_index: int, turn: int) -> int:
 
 class EnvPool:
     """The env instances a batch needs: one for single-turn envs (reset, act, reset, step), one per episode otherwise
-    (``make()`` builds another instance of the same env; instances are kept and reused by later batches)."""
+    (``make()`` builds another instance of the same env; instances are kept and reused by later batches).
+    ``single_turn`` overrides the check of ``env`` (a ``RemoteEnv`` over a single-turn env is one); ``owns_first``:
+    ``close()`` closes ``env`` too (the caller made it for this pool)."""
 
-    def __init__(self, env: Any, make: Any):
+    def __init__(self, env: Any, make: Any, *, single_turn: bool | None = None, owns_first: bool = False):
         self.first = env
-        self.single_turn = isinstance(env.unwrapped, TextEnv)
+        self.single_turn = isinstance(env.unwrapped, TextEnv) if single_turn is None else bool(single_turn)
         self._make = make
         self._envs = [env]
+        self._owns_first = owns_first
 
     def get(self, k: int) -> Any:
         if self.single_turn:
@@ -374,7 +393,7 @@ class EnvPool:
         return self._envs[k]
 
     def close(self) -> None:
-        for e in self._envs[1:]:
+        for e in self._envs if self._owns_first else self._envs[1:]:
             e.close()
 
 
