@@ -67,7 +67,7 @@ def test_an_honest_run_of_a_loadable_policy_is_reproduced(policy_results, tmp_pa
     ev = entry["evidence"]
     assert ev["tier"] == REPRODUCED and all(ev[f] == REPRODUCED for f in ("model", "responses", "tokens"))
     assert ev["sample"]["records"] == ev["sample"]["of"] == LIMIT * N_SAMPLES
-    assert rlvr_main(["leaderboard", "--boards-dir", boards, "show", "arith"]) == 0
+    assert rlvr_main(["leaderboard", "--boards-dir", boards, "show", "arith", "--per-seed"]) == 0
     assert "model: reproduced; responses: reproduced (6 of 6); tokens: reproduced" in capsys.readouterr().out
 
 
@@ -123,7 +123,7 @@ def test_unloadable_agents_are_self_reported_field_by_field(tmp_path, capsys):
     assert "not requested" in entry["evidence"]["reason"]
     with pytest.raises(lb.SubmissionRejected, match="needs the evaluated policy loadable here"):
         lb.submit(out, "toy-reproduced", boards_dir=boards, reproduce=2)  # asked for, so refused, not downgraded
-    assert rlvr_main(["leaderboard", "--boards-dir", str(boards), "show", "toy"]) == 0
+    assert rlvr_main(["leaderboard", "--boards-dir", str(boards), "show", "toy", "--per-seed"]) == 0
     assert "model: self-reported; responses: self-reported; tokens: self-reported" in capsys.readouterr().out
     # entries from before tiers carry no evidence: nothing was reproduced, so they show as self-reported
     assert evidence_text({"model": "old"}).count(SELF_REPORTED) == 3

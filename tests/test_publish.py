@@ -164,7 +164,8 @@ def test_render_shows_training_columns_and_learning_curves(runs, tmp_path):
         assert f"<th>{head}</th>" in page
     assert "not re-verifiable" in page and 'src="curves/lane-micro.png"' in page
     assert page.count("tiny + grpo (seed") >= 2 and f'data-v="{board["entries"][0]["training"]["rollouts"]}"' in page
-    baseline_row = next(row for row in page.split("<tr>") if "untrained" in row)
+    per_entry = page[page.index('<table class="board">'):]  # the per-run table (the "By method" one leads)
+    baseline_row = next(row for row in per_entry.split("<tr>") if "untrained" in row)
     assert baseline_row.count('<td data-v=""></td>') == 4  # the four training cells, and only they, are blank
     png = site / "curves" / "lane-micro.png"
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -227,7 +228,9 @@ def test_cli_publish(runs, tmp_path, capsys):
     assert "accepted on board 'lane-micro'" in out and "tiny + grpo (seed 1)" in out and "(re-verified)" in out
     assert lb.load_board(boards / "lane-micro.json")["entries"][0]["label"] == "cli"
     assert rlvr_main(["leaderboard", "show", "lane-micro", "--boards-dir", str(boards)]) == 0
-    assert "train tok" in capsys.readouterr().out
+    assert "grpo" in capsys.readouterr().out  # one row per method
+    assert rlvr_main(["leaderboard", "show", "lane-micro", "--boards-dir", str(boards), "--per-seed"]) == 0
+    assert "train tok" in capsys.readouterr().out  # each run's own row, with its training columns
     assert rlvr_main(argv) == 1
     assert "rejected: these results are already on board" in capsys.readouterr().err
     assert rlvr_main(["leaderboard", "publish", str(tmp_path), "--boards-dir", str(boards)]) == 1

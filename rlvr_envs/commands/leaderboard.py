@@ -58,6 +58,8 @@ def configure(p: argparse.ArgumentParser) -> None:
     m.set_defaults(func=run)
     sh = actions.add_parser("show", help="print a board", parents=[common])
     sh.add_argument("name", nargs="?", default=None, help="board name (default: every board)")
+    sh.add_argument("--per-seed", action="store_true", help="after the one-row-per-method summary, also print every "
+                    "entry (one row per run/seed)")
     sh.set_defaults(func=run)
     r = actions.add_parser("render", help="write a static HTML page and PNG plots", parents=[common])
     r.add_argument("--out", default=None, help="output folder (default: leaderboards/site next to the boards)")
@@ -107,8 +109,13 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             if not paths:
                 print("no boards yet")
+            from rlvr_envs.harness.summary import format_summary
+
             for path in paths:
-                print(lb.format_board(lb.load_board(path)) + "\n")
+                board = lb.load_board(path)
+                print(format_summary(board) + "\n")
+                if args.per_seed:
+                    print(lb.format_board(board) + "\n")
             if paths:
                 print(lb.EVIDENCE_NOTE)
             return 0

@@ -12,8 +12,7 @@ from __future__ import annotations
 import html
 import json
 import os
-import re
-from collections import Counter
+import random
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from rlvr_envs.harness.leaderboard import (
     unverifiable_cell,
 )
 from rlvr_envs.harness.reproduce import entry_evidence, evidence_text
+from rlvr_envs.harness.summary import entry_name, interval_text, runs_text, summarize
 
 _SORT_JS = """
 document.querySelectorAll('table.board').forEach(function (table) {
@@ -59,33 +59,34 @@ table.board th[data-dir=asc]::after { content: ' \\25B2'; }
 table.board th[data-dir=desc]::after { content: ' \\25BC'; }
 details pre { text-align: left; max-width: 60em; white-space: pre-wrap; font-size: 11px; }
 img.plot { max-width: 720px; border: 1px solid #ddd; }
+table.summary th { background: #efe; }
+details.per-seed > summary { cursor: pointer; margin: 0.5em 0; }
 p.reported { font-size: 13px; color: #555; }
 """
 
 
-def _system(entry: dict[str, Any]) -> str:
-    """What an entry is, less its seed: the trained method's name for trained entries, else its label or model."""
-    t = entry.get("training")
-    if isinstance(t, dict) and t.get("method"):
-        return str(t["method"])
-    return entry.get("label") or re.sub(r"\s*\(seed \d+\)|,\s*seed \d+(?=\))", "", entry["model"])
+_system = entry_name  # what an entry is, less its seed (kept under its old name)
+
+# Per-seed points are shifted sideways by up to this share of the x axis's span so that runs with the same accuracy
+# and length (repeat runs of a seed, or methods that all collapsed) do not hide one another; accuracy (y) is never
+# moved.
+JITTER = 0.01
+_MARKERS = "osD^v<>Ph*Xd"
 
 
-def _mean_accuracy(entries: list[dict[str, Any]]) -> float:
-    return sum(e["metrics"].get("accuracy", 0.0) for e in entries) / len(entries)
-
-
-def _styles(entries: list[dict[str, Any]]) -> dict[str, tuple[Any, str]]:
-    """One (colour, marker) per system, best mean accuracy first, so a method looks the same in both of a board's
-    plots."""
+def _styles(board: dict[str, Any]) -> tuple[list[dict[str, Any]], dict[tuple[str, ...], tuple[Any, str]]]:
+    """The board's methods (``summarize``, best mean first) and one (colour, marker) per method, so a method looks
+    the same in both of a board's plots; markers cycle with a different period from colours so that neighbouring
+    methods differ in both."""
     import matplotlib.pyplot as plt
 
-    by_system: dict[str, list[dict[str, Any]]] = {}
-    for e in entries:
-        by_system.setdefault(_system(e), []).append(e)
+    rows = summarize(board)
     colors = plt.get_cmap("tab20").colors
-    order = sorted(by_system, key=lambda name: -_mean_accuracy(by_system[name]))
-    return {name: (colors[k % len(colors)], "osD^v<>P"[(k // len(colors)) % 8]) for k, name in enumerate(order)}
+    return rows, {r["key"]: (colors[k % len(colors)], _MARKERS[k % len(_MARKERS)]) for k, r in enumerate(rows)}
+
+
+def _jittered(xs: list[float], span: float, rng: random.Random) -> list[float]:
+    return [x + rng.uniform(-JITTER, JITTER) * span for x in xs]
 
 
 def _legend_name(name: str) -> str:
@@ -98,38 +99,55 @@ def _legend(ax: Any, n: int, title: str) -> None:
 
 
 def plot_board(board: dict[str, Any], path: Path) -> list[str]:
-    """Accuracy against mean response length: each entry a faint point, each system (a method over its seeds) a large
-    marker at its mean, named in the legend (returned, best first). Labels beside points overlap once a board holds
-    dozens of runs."""
+    """Accuracy against mean response length: each entry (one run, one seed) a faint point; each method a large
+    semi-transparent marker at its mean over its runs with a vertical bar for its 95% Student-t interval over them (none for one run), named in
+    the legend (returned, best mean first) with its number of runs. Every marker is shifted sideways by up to
+    ``JITTER`` of the x span (deterministic) and methods differ in both colour and shape, so that runs or methods
+    at the same place do not hide one another; accuracy is never moved."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = ranked(list(board["entries"]))
-    styles = _styles(entries)
-    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
-    for e in entries:
-        groups.setdefault((_system(e), e["metrics"].get("length_unit", "?")), []).append(e)
-    units = sorted({unit for _, unit in groups})
+    rows, styles = _styles(board)
+    groups: list[tuple[dict[str, Any], str, list[dict[str, Any]]]] = []
+    for r in rows:
+        by_unit: dict[str, list[dict[str, Any]]] = {}
+        for e in r["entries"]:
+            by_unit.setdefault(e["metrics"].get("length_unit", "?"), []).append(e)
+        groups += [(r, unit, pts) for unit, pts in by_unit.items()]
+    units = sorted({unit for _, unit, _ in groups})
+    all_x = [e["metrics"].get("length_mean", 0.0) for e in board["entries"]]
+    span = (max(all_x) - min(all_x)) if all_x else 0.0
+    span = span or 1.0
+    rng = random.Random(0)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     labels = []
-    for (name, unit), pts in sorted(groups.items(), key=lambda kv: -_mean_accuracy(kv[1])):
+    for r, unit, pts in groups:
         xs = [e["metrics"].get("length_mean", 0.0) for e in pts]
         ys = [e["metrics"].get("accuracy", 0.0) for e in pts]
-        color, marker = styles[name]
-        ax.scatter(xs, ys, s=18, color=color, marker=marker, alpha=0.35, zorder=2)
-        label = _legend_name(name) + f" ({len(pts)})" + (f" [{unit}]" if len(units) > 1 else "")
+        color, marker = styles[r["key"]]
+        ax.scatter(_jittered(xs, span, rng), ys, s=18, color=color, marker=marker, alpha=0.45, linewidths=0, zorder=2)
+        label = _legend_name(r["name"]) + f" ({len(pts)})" + (f" [{unit}]" if len(units) > 1 else "")
         labels.append(label)
-        ax.scatter([sum(xs) / len(xs)], [sum(ys) / len(ys)], s=70, color=color, marker=marker, edgecolors="black",
-                   linewidths=0.6, zorder=3, label=label)
-    ax.set_xlabel(f"mean response length ({' / '.join(units)})" if entries else "mean response length")
-    ax.set_ylabel("accuracy (mean@n)")
+        mean_y = sum(ys) / len(ys)
+        (mean_x,) = _jittered([sum(xs) / len(xs)], span, rng)
+        if len(pts) == len(r["entries"]) and r["low"] is not None:
+            ax.errorbar([mean_x], [mean_y], yerr=[[mean_y - r["low"]], [r["high"] - mean_y]], fmt="none",
+                        ecolor=color, elinewidth=1.2, capsize=3, alpha=0.9, zorder=3)
+        ax.scatter([mean_x], [mean_y], s=70, color=color, marker=marker, edgecolors="black", linewidths=0.6,
+                   alpha=0.6, zorder=4, label=label)
+    unit_text = {"tokens": "tokens per response", "words": "words per response"}
+    ax.set_xlabel("mean response length (" + " / ".join(unit_text.get(u, u) for u in units) + ")" if units
+                  else "mean response length")
+    ax.set_ylabel("accuracy (fraction of samples correct, mean@n)")
     ax.set_ylim(-0.05, 1.05)
-    ax.set_title(f"{board['board']}: {board['env_id']}", fontsize=10)
+    ax.set_title(f"{board['board']}: {board['env_id']}\nlarge: method mean over runs, bar: its 95% t interval\n"
+                 f"small: one run (seed) each; markers see-through, jittered sideways (up to {JITTER:.0%} of x span)",
+                 fontsize=8)
     ax.grid(alpha=0.3)
-    if entries:
-        _legend(ax, len(groups), "mean over entries (n)")
+    if groups:
+        _legend(ax, len(groups), "method (runs)")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -145,30 +163,29 @@ def plot_curves(board: dict[str, Any], path: Path) -> list[str]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    entries = ranked(list(board["entries"]))
-    styles = _styles(entries)
-    trained = [e for e in entries if isinstance(e.get("training"), dict)]
-    counts = Counter(map(_system, trained))
+    rows, styles = _styles(board)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     labels = []
-    for e in trained:
-        t, name = e["training"], _system(e)
-        color, marker = styles[name]
-        curve = t.get("curve") or []
-        label = None
-        if name in counts:  # the system's first (best) entry carries its legend entry
-            label = f"{_legend_name(name)} ({counts.pop(name)})"
-            labels.append(label)
-        ax.plot([p["rollouts"] for p in curve], [p["eval_accuracy"] for p in curve], marker=marker, markersize=3,
-                color=color, alpha=0.8, linewidth=1, label=label)
-        ax.scatter([t["rollouts"]], [e["metrics"].get("accuracy", 0.0)], marker="x", s=50, color=color, zorder=3)
-    ax.set_xlabel("rollouts generated in training")
-    ax.set_ylabel("held-out accuracy (the run's own eval)")
+    for r in rows:
+        trained = [e for e in r["entries"] if isinstance(e.get("training"), dict)]
+        color, marker = styles[r["key"]]
+        for k, e in enumerate(trained):
+            t = e["training"]
+            curve = t.get("curve") or []
+            label = None
+            if k == 0:  # the method's first (best) entry carries its legend entry
+                label = f"{_legend_name(r['name'])} ({len(trained)})"
+                labels.append(label)
+            ax.plot([p["rollouts"] for p in curve], [p["eval_accuracy"] for p in curve], marker=marker,
+                    markersize=3, color=color, alpha=0.8, linewidth=1, label=label)
+            ax.scatter([t["rollouts"]], [e["metrics"].get("accuracy", 0.0)], marker="x", s=50, color=color, zorder=3)
+    ax.set_xlabel("rollouts generated in training (count)")
+    ax.set_ylabel("held-out accuracy (fraction correct, run's own eval)")
     ax.set_ylim(-0.05, 1.05)
     ax.set_title(f"{board['board']}: learning curves (x: re-verified final)", fontsize=10)
     ax.grid(alpha=0.3)
     if labels:
-        _legend(ax, len(labels), "runs per system")
+        _legend(ax, len(labels), "method (runs)")
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -180,6 +197,27 @@ def _cell(value: Any, text: str | None = None, *, cls: str = "") -> str:
     shown = text if text is not None else ("" if value is None else str(value))
     klass = f' class="{cls}"' if cls else ""
     return f'<td{klass} data-v="{html.escape(sort_value, quote=True)}">{html.escape(shown)}</td>'
+
+
+def summary_table(board: dict[str, Any]) -> str:
+    """One row per method (``summarize``): mean accuracy over its seeds (repeat runs of a seed averaged first), the
+    95% Student-t interval over them, how many seeds (and runs where more), best mean first. Its own class,
+    ``summary``, beside ``board``; its rows are ``<tr class="method">``."""
+    head = ["#", "method", "seeds", "mean accuracy", "95% t interval", "sd over seeds", "min", "max", "mean length"]
+    rows = []
+    for rank, r in enumerate(summarize(board), 1):
+        unit = "tok" if r["length_unit"] == "tokens" else r["length_unit"]
+        cells = [
+            _cell(rank), _cell(r["name"], cls="text"), _cell(r["n"], runs_text(r)),
+            _cell(r["mean"], f"{r['mean']:.4f}"), _cell(r["low"], interval_text(r)),
+            _cell(r["sd"], "" if r["sd"] is None else f"{r['sd']:.4f}"),
+            _cell(r["min"], f"{r['min']:.4f}"), _cell(r["max"], f"{r['max']:.4f}"),
+            _cell(r["length_mean"], f"{r['length_mean']:.1f} {unit}"),
+        ]
+        rows.append('<tr class="method">' + "".join(cells) + "</tr>")
+    thead = "".join(f"<th>{html.escape(h)}</th>" for h in head)
+    return (f'<table class="board summary"><thead><tr class="method">{thead}</tr></thead>'
+            f'<tbody>{"".join(rows)}</tbody></table>')
 
 
 def board_table(board: dict[str, Any]) -> str:
@@ -250,7 +288,10 @@ def render_site(boards_dir: str | os.PathLike | None = None, out_dir: str | os.P
             f'<section id="{html.escape(path.stem, quote=True)}"><h2>{name} &mdash; {html.escape(board["env_id"])}</h2>'
             f'<p class="pin">{html.escape(pin_summary(board))}</p>'
             f'<a href="{html.escape(png.name, quote=True)}"><img class="plot" src="{html.escape(png.name, quote=True)}" '
-            f'alt="accuracy vs response length for {name}"></a>{curves}{board_table(board)}</section>')
+            f'alt="accuracy vs response length for {name}"></a>{curves}'
+            f'<h3>By method</h3>{summary_table(board)}'
+            f'<details class="per-seed"><summary>every entry: one row per run (seed), {len(board["entries"])} rows'
+            f'</summary>{board_table(board)}</details></section>')
     if not sections:
         sections.append(f"<p>No boards in {html.escape(str(root))} yet.</p>")
     page = (
@@ -262,7 +303,11 @@ def render_site(boards_dir: str | os.PathLike | None = None, out_dir: str | os.P
         "before it was recorded. <em>evidence</em>: model name, responses and token counts are <em>reproduced</em> "
         "where the evaluated policy loads here with the claimed weights hash (a seeded sample of records decoded "
         "again must match exactly, token counts recounted with its tokenizer); everywhere else they are the "
-        "submitter's report, <em>self-reported</em>. Click a column header to sort.</p>"
+        "submitter's report, <em>self-reported</em>. <em>By method</em>: one row per method (a trained entry's "
+        "<code>training.method</code>, split by base model or step count where a board holds several; entries "
+        "without a method are rows of their own): the mean accuracy over its seeds (the unit of replication; repeat "
+        "runs of one seed are averaged first), a 95% Student-t interval over them (n-1 degrees of freedom; none for "
+        "a single seed) and the number of seeds, best mean first; every run's own row is under <em>every entry</em>. Click a column header to sort.</p>"
         + "".join(sections) + f"<script>{_SORT_JS}</script></body></html>\n"
     )
     index = out / "index.html"
