@@ -17,6 +17,8 @@ pytest.importorskip("openenv")
 pytest.importorskip("uvicorn")
 pytest.importorskip("websockets")
 
+from test_serve import wait_until  # noqa: E402  (the serve tests' polling helper)
+
 from rlvr_envs.cli import main as rlvr_main  # noqa: E402
 from rlvr_envs.harness import Results, evaluate  # noqa: E402
 from rlvr_envs.remote import RemoteEnv  # noqa: E402
@@ -30,15 +32,6 @@ def served():
     app = create_app([TOY_ID, MULTI_ID], max_sessions=16, step_timeout_s=30, idle_timeout_s=60)
     with running_server(app) as url:
         yield url, app.state.rlvr
-
-
-def wait_until(predicate, timeout: float = 10.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 # -- rlvr eval --remote --------------------------------------------------------------------------------------------
