@@ -141,9 +141,10 @@ class PivotTrace(Component):
 declare(Comparison(
     method="pivot_trace", baseline="grpo", metric="rollouts_to_target", direction="lower",
     known_result=(
-        "micro lane, seeds 0-2 (2026-12-04, fresh warm start): PivotTrace read 31.25% of the labels (paper 29.3%) and "
-        "never reached GRPO's start + 0.10 in 60 steps on any seed (15,360 rollouts, censored) while GRPO did after "
-        "7,680 / 10,240 / 7,680: not reproduced. Final mean@4 0.315 vs 0.470; its self-consistency pseudo-labels "
+        "micro lane at HEAD keys, seeds 0-4 (2026-12-07): PivotTrace reached start + 0.10 on 1 of 5 seeds (seed 0, "
+        "10,240 rollouts; 4 censored at 15,360) while GRPO did after 5,120-7,680: 14,336 vs 6,656 rollouts, diff "
+        "+7,680 [95% t +5,432, +9,928]: not reproduced; final mean@4 on 1,000 tasks 0.343 vs 0.434. Earlier, seeds "
+        "0-2 (2026-12-04): it read 31.25% of the labels (paper 29.3%) and never reached the target, not reproduced. Final mean@4 0.315 vs 0.470; its self-consistency pseudo-labels "
         "agreed with the gold answer 0.45-0.61 of the time at the last step"),
     claim="PivotTrace surpasses the fully supervised model with only 29.3% of the labels and 2.75x faster convergence "
           "(read: rollouts until held-out accuracy first gains 0.10, lower than GRPO with every label; labels used "

@@ -99,6 +99,9 @@ class RLCSDAdvantage(Component):
 declare(Comparison(
     method="rlcsd", baseline="grpo", metric="final_accuracy", direction="higher",
     known_result=(
+        "micro lane at HEAD keys, seeds 0-4 (2026-12-07): final mean@4 on 1,000 held-out tasks 0.437 vs GRPO 0.434, "
+        "diff +0.003 [95% t -0.019, +0.024], MDE 0.029 (sd between seeds 0.016, eval 0.007): inconclusive (per seed "
+        "-0.010, +0.031, +0.006, -0.011, -0.002). Earlier, "
         "micro lane, seeds 0-2 (2026-12-06, 3b73ec1 keys, one core per run): final mean@4 0.462 vs GRPO 0.454, "
         "diff +0.008 [-0.033, +0.055]: inconclusive (seed 0 0.460 vs 0.463, seed 1 0.495 vs 0.439, seed 2 0.431 vs "
         "0.460). Token signal mean |s_t| 0.64-0.66 nats, 10.6-10.9% of tokens at the clip; step cost 1.5-1.7x. "
