@@ -568,7 +568,13 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['difference']:+.4g} [{lo:+.4g}, {hi:+.4g}] -> {r['verdict']}")
         if commit:
             path = Path(args.results_dir) / f"{c.result_name}.json"
-            git_commit([path, path.with_suffix(".png")],
+            # the results page is generated from the result files and checked in make test: it lands with them
+            import subprocess
+            import sys
+
+            subprocess.run([sys.executable, str(ROOT / "benchmarks" / "suite_report.py"), "--write"], check=False,
+                           capture_output=True)
+            git_commit([path, path.with_suffix(".png"), ROOT / "docs" / "results.md"],
                        f"{c.name} at HEAD, {len(r['seeds'])} paired seeds: {r['metric']} diff {r['difference']:+.4g} "
                        f"[95% {lo:+.4g}, {hi:+.4g}], {r['verdict']}")
     if args.publish and not args.quick:
