@@ -221,6 +221,20 @@ def test_parallel_driver_trains_shared_runs_once_and_writes_results(tmp_path: Pa
     assert {p: p.stat().st_mtime_ns for p in (tmp_path / "runs").glob("*/metrics.jsonl")} == stamps
 
 
+def test_a_result_is_written_as_soon_as_its_own_runs_are_done(tmp_path: Path, capsys) -> None:
+    from agents.grpo.regression import main
+
+    # one job: runs finish in the order they are pending, the first comparison's method runs and the shared GRPO runs
+    # (4 of 6) before the second's two method runs, so the first result is out before the last run is reported (the
+    # pool may have finished later runs by the time a run is reported: what is done by then is written then)
+    assert main(["--quick", "-k", "vigor_vs_grpo", "-k", "lampo_vs_grpo", "--jobs", "1", "--runs-dir",
+                 str(tmp_path / "runs"), "--results-dir", str(tmp_path / "res")]) == 0
+    out = capsys.readouterr().out
+    first = min(out.index("vigor_vs_grpo:"), out.index("lampo_vs_grpo:"))
+    assert out.index("[1/6]") < first < out.index("[6/6]")
+    assert {p.name for p in (tmp_path / "res").glob("*.json")} == {"vigor.json", "lampo.json"}
+
+
 def test_seeds_option_runs_the_given_seeds_and_refuses_bad_ones(tmp_path: Path, monkeypatch, capsys) -> None:
     from agents.grpo import regression
 

@@ -452,16 +452,20 @@ def publish_runs(selected: list[Comparison], *, runs_dir: Path, boards_dir: Path
     return entries
 
 
+def run_names(comparison: Comparison, *, quick: bool = False, shared: str | None = None) -> list[str]:
+    """The run folders (and archive names) ``<recipe>-s<seed>-<key>`` of ``comparison``'s runs at HEAD keys."""
+    shared = shared or code_hash()
+    names = []
+    for recipe in (comparison.method, comparison.baseline):
+        for s in QUICK_SEEDS if quick else comparison.seeds:
+            cfg = resolve(comparison, recipe, s, quick=quick)
+            names.append(f"{Path(cfg.out_dir).name}-s{s}-{run_key(cfg, run_code_hash(cfg, shared))}")
+    return names
+
+
 def missing_runs(comparison: Comparison, *, shared: str | None = None) -> int:
     """How many of ``comparison``'s runs at HEAD keys have no committed archive (what running it would train)."""
-    shared = shared or code_hash()
-    missing = 0
-    for recipe in (comparison.method, comparison.baseline):
-        for s in comparison.seeds:
-            cfg = resolve(comparison, recipe, s)
-            name = f"{Path(cfg.out_dir).name}-s{s}-{run_key(cfg, run_code_hash(cfg, shared))}"
-            missing += not (ARCHIVE_DIR / f"{name}.jsonl.gz").is_file()
-    return missing
+    return sum(not (ARCHIVE_DIR / f"{name}.jsonl.gz").is_file() for name in run_names(comparison, shared=shared))
 
 
 def stale_first(selected: list[Comparison], results_dir: Path | None = None) -> list[Comparison]:
@@ -558,25 +562,44 @@ def main(argv: list[str] | None = None) -> int:
         selected = [dataclasses.replace(c, seeds=seeds) for c in selected]
     runs_dir = Path(args.runs_dir) if args.runs_dir else default_runs_dir()
     commit = args.commit and not args.quick
-    train_parallel(selected, runs_dir=runs_dir, jobs=args.jobs, quick=args.quick,
-                   on_finished=(lambda name: git_commit([ARCHIVE_DIR / f"{name}.jsonl.gz"],
-                                                        f"Run archive: {name} at HEAD keys")) if commit else None)
-    for c in selected:
-        r = run_comparison(c, results_dir=Path(args.results_dir), runs_dir=runs_dir, quick=args.quick, log=None)
+    results_dir = Path(args.results_dir)
+    written: set[str] = set()
+    shared = code_hash()
+    names = {c.name: run_names(c, quick=args.quick, shared=shared) for c in selected}
+
+    def write_result(c: Comparison) -> None:
+        r = run_comparison(c, results_dir=results_dir, runs_dir=runs_dir, quick=args.quick, log=None)
+        written.add(c.name)
         lo, hi = r["interval"]
         print(f"{c.name}: {r['metric']} {r['method_value']:.4g} vs {r['baseline_value']:.4g}, diff "
-              f"{r['difference']:+.4g} [{lo:+.4g}, {hi:+.4g}] -> {r['verdict']}")
+              f"{r['difference']:+.4g} [{lo:+.4g}, {hi:+.4g}] -> {r['verdict']}", flush=True)
         if commit:
-            path = Path(args.results_dir) / f"{c.result_name}.json"
-            # the results page is generated from the result files and checked in make test: it lands with them
             import subprocess
             import sys
 
+            # the results page is generated from the result files and checked in make test: it lands with them
             subprocess.run([sys.executable, str(ROOT / "benchmarks" / "suite_report.py"), "--write"], check=False,
                            capture_output=True)
+            path = results_dir / f"{c.result_name}.json"
             git_commit([path, path.with_suffix(".png"), ROOT / "docs" / "results.md"],
                        f"{c.name} at HEAD, {len(r['seeds'])} paired seeds: {r['metric']} diff {r['difference']:+.4g} "
                        f"[95% {lo:+.4g}, {hi:+.4g}], {r['verdict']}")
+
+    def finished(name: str) -> None:
+        if commit:
+            git_commit([ARCHIVE_DIR / f"{name}.jsonl.gz"], f"Run archive: {name} at HEAD keys")
+        # a comparison's result is written (and committed) as soon as its last run lands, not after every run
+        for c in selected:
+            if c.name not in written and all((runs_dir / f"{run}/done.json").is_file()
+                                             or (ARCHIVE_DIR / f"{run}.jsonl.gz").is_file()
+                                             for run in names[c.name]):
+                write_result(c)
+
+    train_parallel(selected, runs_dir=runs_dir, jobs=args.jobs, quick=args.quick,
+                   on_finished=finished)
+    for c in selected:
+        if c.name not in written:
+            write_result(c)
     if args.publish and not args.quick:
         publish_runs(selected, runs_dir=runs_dir, boards_dir=Path(args.boards_dir),
                      results_dir=Path(args.board_results_dir))
