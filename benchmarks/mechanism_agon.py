@@ -33,33 +33,14 @@ from typing import Any
 import numpy as np
 import torch
 
-from agents.grpo.config import TrainConfig, load_recipe
 from agents.methods.agon import DRAFT_TEMPLATE, with_draft
 from agents.methods.opsd import reference_solution
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the distillation probe's task and scoring helpers, shared
-from mechanism_distill import generate_scored, held_out_tasks, per_task, score  # noqa: E402
+from mechanism_distill import MODELS, accuracies, generate_scored, held_out_tasks, per_task, probe_config, score  # noqa: E402
 
 OUT = ROOT / "benchmarks" / "results" / "mechanism_agon.json"
-MODELS = {"micro-countdown": "micro", "smollm2": "smollm2"}  # model -> the lane that fixes its env and sampling
-
-
-def probe_config(model: str) -> TrainConfig:
-    if model not in MODELS:
-        raise ValueError(f"model must be one of {sorted(MODELS)}, got {model!r}")
-    cfg = load_recipe("agon", lane=MODELS[model])
-    if cfg.model != model:
-        raise ValueError(f"the agon recipe on lane {MODELS[model]!r} trains {cfg.model!r}, not {model!r}")
-    return cfg
-
-
-def scored(engine: Any, env: Any, infos: list[dict[str, Any]], prompts: list[str], n: int, sampling: Any,
-           task_of: list[int]) -> dict[str, Any]:
-    correct = generate_scored(engine, env, infos, prompts, n, sampling, task_of)
-    rows_task = [task_of[j // n] for j in range(len(correct))]
-    return {"accuracy": float(np.mean(correct)), "rows": len(correct),
-            "per_task_correct": per_task(correct, rows_task, len(infos)), "correct": correct}
 
 
 def probe(model: str, n_tasks: int = 64, samples: int = 2, seed: int = 0) -> dict[str, Any]:
@@ -68,7 +49,7 @@ def probe(model: str, n_tasks: int = 64, samples: int = 2, seed: int = 0) -> dic
     from agents.policy.models import load_policy
 
     t0, c0 = time.perf_counter(), time.process_time()
-    cfg = probe_config(model)
+    cfg = probe_config(model, "agon")
     template = dict(cfg.params.get("orchestrator") or {}).get("draft_template", DRAFT_TEMPLATE)
     policy = load_policy(cfg.model, dtype=cfg.dtype, seed=cfg.seed)
     # fp32 decoding: "auto" would pick bf16 on some CPUs, and the figures should not depend on the machine
@@ -78,24 +59,23 @@ def probe(model: str, n_tasks: int = 64, samples: int = 2, seed: int = 0) -> dic
     sampling = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, max_new_tokens=cfg.max_new_tokens,
                               seed=seed)
     tasks = list(range(n))
-    alone = scored(engine, env, infos, [policy.prompt_text(i["messages"]) for i in infos], samples, sampling, tasks)
+    bare = [policy.prompt_text(i["messages"]) for i in infos]
+    alone = accuracies(engine, env, infos, bare, samples, sampling, tasks, None)
     gold_prompts = [policy.prompt_text(with_draft(i["messages"], reference_solution(i), template)) for i in infos]
-    gold = scored(engine, env, infos, gold_prompts, samples, sampling, tasks)
+    gold = accuracies(engine, env, infos, gold_prompts, samples, sampling, tasks, None)
     # the step-0 cascade: one own draft per (task, sample), each read once
-    drafts = engine.generate([policy.prompt_text(i["messages"]) for i in infos], samples, sampling)
+    drafts = engine.generate(bare, samples, sampling)
     draft_task = [j // samples for j in range(len(drafts))]
     draft_ok = [score(env, infos[t], d.text)[0] for t, d in zip(draft_task, drafts)]
     own_prompts = [policy.prompt_text(with_draft(infos[t]["messages"], d.text, template))
                    for t, d in zip(draft_task, drafts)]
-    own = scored(engine, env, infos, own_prompts, 1, sampling, draft_task)
+    solved = np.array(generate_scored(engine, env, infos, own_prompts, 1, sampling, draft_task), dtype=bool)
     ok = np.array(draft_ok, dtype=bool)
-    solved = np.array(own.pop("correct"), dtype=bool)
-    own.update({"draft_accuracy": float(ok.mean()),
-                "after_right_draft": float(solved[ok].mean()) if ok.any() else None,
-                "after_wrong_draft": float(solved[~ok].mean()) if (~ok).any() else None,
-                "right_drafts": int(ok.sum())})
-    alone.pop("correct")
-    gold.pop("correct")
+    own = {"accuracy": float(solved.mean()), "per_task_correct": per_task(solved.tolist(), draft_task, n),
+           "draft_accuracy": float(ok.mean()),
+           "after_right_draft": float(solved[ok].mean()) if ok.any() else None,
+           "after_wrong_draft": float(solved[~ok].mean()) if (~ok).any() else None,
+           "right_drafts": int(ok.sum())}
     return {"model": model, "lane": MODELS[model], "weights_hash": policy.weights_hash, "env": cfg.env,
             "env_kwargs": {**cfg.env_kwargs, **cfg.eval_env_kwargs}, "tasks": n, "samples_per_task": samples,
             "temperature": cfg.temperature, "max_new_tokens": cfg.max_new_tokens, "seed": seed,
@@ -111,11 +91,10 @@ def _fmt(x: float | None) -> str:
 
 def report(r: dict[str, Any]) -> str:
     own = r["own_draft"]
-    fmt = _fmt
     return (f"{r['model']} ({r['lane']} lane): {r['tasks']} tasks x {r['samples_per_task']}, T = {r['temperature']}: "
             f"solver alone {r['alone']['accuracy']:.3f}, after a verified draft {r['correct_draft']['accuracy']:.3f}, "
             f"after its own draft {own['accuracy']:.3f} (drafts right {own['draft_accuracy']:.3f}; after a right one "
-            f"{fmt(own['after_right_draft'])}, after a wrong one {fmt(own['after_wrong_draft'])}); precondition "
+            f"{_fmt(own['after_right_draft'])}, after a wrong one {_fmt(own['after_wrong_draft'])}); precondition "
             f"{'met' if r['precondition_met'] else 'NOT met'}")
 
 

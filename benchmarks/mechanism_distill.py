@@ -122,12 +122,13 @@ def lengths_mask(responses: Sequence[Sequence[int]], width: int) -> torch.Tensor
 
 
 # -- tasks, rollouts, verdicts -----------------------------------------------------------------------------------------
-def probe_config(model: str) -> TrainConfig:
+def probe_config(model: str, recipe: str = "opsd") -> TrainConfig:
+    """``recipe`` on the lane that trains ``model`` (``MODELS``)."""
     if model not in MODELS:
         raise ValueError(f"model must be one of {sorted(MODELS)}, got {model!r}")
-    cfg = load_recipe("opsd", lane=MODELS[model])
+    cfg = load_recipe(recipe, lane=MODELS[model])
     if cfg.model != model:
-        raise ValueError(f"the opsd recipe on lane {MODELS[model]!r} trains {cfg.model!r}, not {model!r}")
+        raise ValueError(f"the {recipe} recipe on lane {MODELS[model]!r} trains {cfg.model!r}, not {model!r}")
     return cfg
 
 

@@ -63,28 +63,32 @@ def thinking_tokens(text: str, response_ids: list[int], tokenizer: Any = None, m
     return lo
 
 
-NORMALIZATIONS = ("log", "tokens")
+# What the summed entropy drops of a T-token trace are divided by: the paper's log(T + 1), or the T - 1 transitions
+# (the mean drop per step, which does not grow with the trace's length).
+RELIEF_DIVISORS = {"log": lambda t: math.log(t + 1), "tokens": lambda t: t - 1}
+
+
+def relief_divisor(normalize: str) -> Any:
+    if normalize not in RELIEF_DIVISORS:
+        raise ValueError(f"err: normalize must be one of {tuple(RELIEF_DIVISORS)}, got {normalize!r}")
+    return RELIEF_DIVISORS[normalize]
 
 
 def entropy_relief(entropies: torch.Tensor, delta: float = 0.01, normalize: str = "log") -> float:
-    """sum_t relu(H_t - H_{t+1} - delta) over one response's T thinking-token entropies, divided by log(T + 1) (the
-    paper's ``"log"``) or by the T - 1 transitions (``"tokens"``: the mean drop per step, which does not grow with
-    the trace's length)."""
-    if normalize not in NORMALIZATIONS:
-        raise ValueError(f"err: normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
+    """sum_t relu(H_t - H_{t+1} - delta) over one response's T thinking-token entropies, over ``relief_divisor``."""
+    divisor = relief_divisor(normalize)
     t = len(entropies)
     if t < 2:
         return 0.0
     drops = torch.relu(entropies[:-1].double() - entropies[1:].double() - delta).sum()
-    return float(drops) / (math.log(t + 1) if normalize == "log" else t - 1)
+    return float(drops) / divisor(t)
 
 
 @register("err", stage="reward_shaper")
 class EntropyReliefReward(Component):
     def __init__(self, lam: float = 0.3, delta: float = 0.01, cap: float = 1.5, marker: str = THINK_END,
                  normalize: str = "log"):
-        if normalize not in NORMALIZATIONS:
-            raise ValueError(f"err: normalize must be one of {NORMALIZATIONS}, got {normalize!r}")
+        relief_divisor(normalize)  # a bad name fails here, not at the first step
         self.lam, self.delta, self.cap, self.marker = float(lam), float(delta), float(cap), marker
         self.normalize = normalize
         self._last: dict[str, float] = {}
@@ -95,8 +99,7 @@ class EntropyReliefReward(Component):
         out = torch.zeros(len(batch), dtype=torch.float64)
         for i in range(len(batch)):
             t = thinking_tokens(batch.texts[i], batch.response_ids[i], batch.tokenizer, self.marker)
-            out[i] = self.lam * entropy_relief(batch.entropies[i, : min(t, lengths[i])], self.delta,
-                                                     self.normalize)
+            out[i] = self.lam * entropy_relief(batch.entropies[i, : min(t, lengths[i])], self.delta, self.normalize)
         return out
 
     def __call__(self, batch: GroupBatch) -> torch.Tensor:
