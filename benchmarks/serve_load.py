@@ -41,11 +41,13 @@ ENV_ID = "rlvr/Arithmetic-v0"
 RESPONSE = "The answer is \\boxed{42}."
 
 
-def percentile_ms(samples: list[float], q: float) -> float | None:
-    if not samples:
-        return None
-    ordered = sorted(samples)
-    return round(ordered[min(len(ordered) - 1, int(q / 100 * len(ordered)))] * 1000, 3)
+def latency_ms(prefix: str, samples_s: list[float]) -> dict[str, float | None]:
+    """``{prefix}_p50_ms`` and ``{prefix}_p99_ms`` of latencies in seconds, as the server's ``/metrics`` computes
+    them (``rlvr_envs.serve.metrics.percentiles``)."""
+    from rlvr_envs.serve.metrics import percentiles
+
+    got = percentiles([x * 1000 for x in samples_s])
+    return {f"{prefix}_p50_ms": got["p50"], f"{prefix}_p99_ms": got["p99"]}
 
 
 def cpu_s(pid: int) -> float:
@@ -81,7 +83,7 @@ def in_process(seconds: float) -> dict[str, Any]:
         steps += 1
     wall = time.perf_counter() - start
     return {"steps": steps, "wall_s": round(wall, 3), "steps_per_s": round(steps / wall, 1),
-            "step_p50_ms": percentile_ms(latencies, 50), "step_p99_ms": percentile_ms(latencies, 99),
+            **latency_ms("step", latencies),
             "rss_mb": rss_mb(os.getpid())}
 
 
@@ -171,9 +173,8 @@ async def play(url: str, sessions: int, episodes: int, deadline_s: float) -> dic
     steps = sum(r for r in results if isinstance(r, int))
     errors += [repr(r)[:300] for r in results if isinstance(r, BaseException)]
     return {"sessions": sessions, "episodes_per_session": episodes, "steps": steps, "wall_s": round(wall, 3),
-            "steps_per_s": round(steps / wall, 1), "step_p50_ms": percentile_ms(step_lat, 50),
-            "step_p99_ms": percentile_ms(step_lat, 99), "reset_p50_ms": percentile_ms(reset_lat, 50),
-            "reset_p99_ms": percentile_ms(reset_lat, 99), "errors": errors[:5], "n_errors": len(errors)}
+            "steps_per_s": round(steps / wall, 1), **latency_ms("step", step_lat), **latency_ms("reset", reset_lat),
+            "errors": errors[:5], "n_errors": len(errors)}
 
 
 def run_client(url: str, sessions: int, episodes: int, deadline_s: float) -> dict[str, Any]:

@@ -26,6 +26,7 @@ import gymnasium as gym
 
 from rlvr_envs.core import WallTime
 from rlvr_envs.extras import require
+from rlvr_envs.jsontypes import jsonable
 from rlvr_envs.spaces import TextSpace
 
 REMOTE_ID = "rlvr_remote/Remote-v0"
@@ -43,17 +44,6 @@ def _space(description: dict[str, Any]) -> TextSpace:
     if description.get("type") != "text":
         raise RemoteEnvError(f"unsupported space {description!r}: RemoteEnv mirrors text spaces only")
     return TextSpace(int(description["max_length"]), min_length=int(description.get("min_length", 0)))
-
-
-def _jsonable(value: Any) -> Any:
-    """Reset options as plain JSON (numpy integers from a sampled index, tuples)."""
-    if isinstance(value, dict):
-        return {str(k): _jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_jsonable(v) for v in value]
-    if hasattr(value, "item") and callable(value.item):  # a numpy scalar
-        return value.item()
-    return value
 
 
 class RemoteEnv(gym.Env[str, str]):
@@ -85,7 +75,7 @@ class RemoteEnv(gym.Env[str, str]):
         if seed is not None:
             data["seed"] = int(seed)
         if options:
-            data["options"] = _jsonable(options)
+            data["options"] = jsonable(options)
         if self.env_kwargs:
             data["env_kwargs"] = self.env_kwargs
         observation, _, _, _, info = self._exchange("reset", data)

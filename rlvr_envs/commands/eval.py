@@ -136,6 +136,8 @@ def run(args: argparse.Namespace) -> int:
     if (args.samples < 1 or args.batch_size < 1 or getattr(args, "decode_slots", 1) < 1
             or (args.limit is not None and args.limit < 1)):
         raise SystemExit("--samples, --batch-size, --decode-slots and --limit must be >= 1")
+    from rlvr_envs.remote import RemoteEnvError
+
     env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
     remote = getattr(args, "remote", None)
     if remote is not None and args.ray is not None:
@@ -164,11 +166,7 @@ def run(args: argparse.Namespace) -> int:
     except (FileExistsError, ValueError) as exc:
         print(f"rlvr eval: {exc}", file=sys.stderr)
         return 2
-    except RuntimeError as exc:
-        from rlvr_envs.remote import RemoteEnvError
-
-        if not isinstance(exc, RemoteEnvError):
-            raise
+    except RemoteEnvError as exc:
         print(f"rlvr eval --remote {remote}: {exc}", file=sys.stderr)
         return 2
     print(results.summary())

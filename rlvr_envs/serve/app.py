@@ -91,38 +91,38 @@ class RlvrEnvServer(HTTPEnvServer):
 
     # -- the stateless HTTP routes (OpenEnv's) run their env calls here: give them the time limit too ---------------
     async def _run_sync_in_thread_pool(self, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-        limit = self.step_timeout_s if getattr(func, "__name__", "") == "step" else self.reset_timeout_s
-        return await self._limited(super()._run_sync_in_thread_pool(func, *args, **kwargs), limit, func)
-
-    async def _limited(self, call: Any, limit: float, func: Callable[..., Any]) -> Any:
         try:
-            return await asyncio.wait_for(call, limit)
+            return await asyncio.wait_for(super()._run_sync_in_thread_pool(func, *args, **kwargs),
+                                          self._limit_for(func))
         except asyncio.TimeoutError:
-            self.metrics.count("step_timeouts_total")
-            what = getattr(func, "__name__", "call")
-            flag = "--step-timeout" if what == "step" else "--reset-timeout"
-            raise StepTimeout(f"{what} took longer than the server's limit of {limit:g} s ({flag}); this session "
-                              f"is closed: reconnect and reset") from None
+            raise self._timed_out(func) from None
+
+    def _limit_for(self, func: Callable[..., Any]) -> float:
+        """A step's time limit, or a reset's (the first reset makes the env, so it gets longer)."""
+        return self.step_timeout_s if getattr(func, "__name__", "") == "step" else self.reset_timeout_s
+
+    def _timed_out(self, func: Callable[..., Any]) -> StepTimeout:
+        self.metrics.count("step_timeouts_total")
+        what = getattr(func, "__name__", "call")
+        flag = "--step-timeout" if what == "step" else "--reset-timeout"
+        return StepTimeout(f"{what} took longer than the server's limit of {self._limit_for(func):g} s ({flag}); "
+                           f"this session is closed: reconnect and reset")
 
     async def _in_session(self, session_id: str, func: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """``func`` on the session's own thread, under the time limit. One timer per call rather than
         ``asyncio.wait_for`` (which wraps the call in more futures and callbacks: a measurable share of a fast
         env's served step)."""
-        limit = self.step_timeout_s if func.__name__ == "step" else self.reset_timeout_s
         loop = asyncio.get_running_loop()
         future = loop.run_in_executor(self._session_executors.get(session_id, self._executor),
                                       functools.partial(func, *args, **kwargs))
         expired: list[bool] = []
-        timer = loop.call_later(limit, _expire, future, expired)
+        timer = loop.call_later(self._limit_for(func), _expire, future, expired)
         try:
             return await future
         except asyncio.CancelledError:
             if not expired:  # the session's task was cancelled (idle reaping, shutdown), not the call
                 raise
-            self.metrics.count("step_timeouts_total")
-            flag = "--step-timeout" if func.__name__ == "step" else "--reset-timeout"
-            raise StepTimeout(f"{func.__name__} took longer than the server's limit of {limit:g} s ({flag}); this "
-                              f"session is closed: reconnect and reset") from None
+            raise self._timed_out(func) from None
         finally:
             timer.cancel()
 

@@ -21,8 +21,9 @@ from gymnasium import spaces
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
+from rlvr_envs.jsontypes import jsonable
 from rlvr_envs.serve.metrics import ServeMetrics
-from rlvr_envs.serve.models import TextAction, TextEnvState, TextObservation, jsonable
+from rlvr_envs.serve.models import TextAction, TextEnvState, TextObservation
 
 log = logging.getLogger(__name__)
 

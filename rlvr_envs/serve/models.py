@@ -8,12 +8,8 @@ An observation carries the env's rendered prompt (``prompt``, the Gymnasium obse
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
 from openenv.core.env_server.types import Action, Observation, State
 from pydantic import Field
 
@@ -42,31 +38,3 @@ class TextEnvState(State):
     env_id: str | None = Field(default=None, description="the env ID of the current episode")
     task_id: str | None = Field(default=None, description="the current task's ID")
     episode_open: bool = Field(default=False, description="whether a step is expected (reset done, not finished)")
-
-
-def jsonable(value: Any) -> Any:
-    """``value`` as plain JSON types: numpy scalars and arrays, tuples, sets, dataclasses and non-finite floats
-    (as strings, since JSON has none) are converted; anything else unknown becomes its ``str``."""
-    if value is None or isinstance(value, (bool, str, int)):
-        return value if type(value) in (bool, str, int) or value is None else _plain_scalar(value)
-    if isinstance(value, float):
-        return float(value) if math.isfinite(value) else str(value)
-    if isinstance(value, Mapping):
-        return {str(k): jsonable(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple, set, frozenset)):
-        return [jsonable(v) for v in value]
-    if isinstance(value, np.generic):
-        return jsonable(value.item())
-    if isinstance(value, np.ndarray):
-        return jsonable(value.tolist())
-    if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return jsonable(dataclasses.asdict(value))
-    return str(value)
-
-
-def _plain_scalar(value: Any) -> Any:
-    # bool / int / str subclasses (an IntEnum, a str Enum): their plain value, so JSON and equality stay simple
-    for kind in (bool, int, str):
-        if isinstance(value, kind):
-            return kind(value)
-    return value
