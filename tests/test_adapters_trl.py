@@ -109,6 +109,13 @@ def test_search_environment_plays_the_oracle_through_its_search_method():
         assert "did not end the episode" in wrong.info["error"]
 
 
+def test_a_row_built_with_other_env_kwargs_is_refused_at_reset():
+    rows = environment_dataset("rlvr/Arithmetic-v0", 1, env_kwargs={"max_operand": 999})
+    with pytest.raises(ValueError, match="max_operand"):
+        environment_factory("rlvr/Arithmetic-v0")().reset(**rows[0])
+    environment_factory("rlvr/Arithmetic-v0", max_operand=999)().reset(**rows[0])  # the same kwargs: accepted
+
+
 def test_single_turn_environment_scores_the_final_message():
     cls = environment_factory("rlvr/Arithmetic-v0")
     assert [n for n, _ in inspect.getmembers(cls, inspect.isfunction) if not n.startswith("_")] == ["reset"]

@@ -22,6 +22,14 @@ def env_kwargs_text(env_kwargs: Mapping[str, Any] | str | None) -> str:
     return json.dumps(dict(env_kwargs or {}), sort_keys=True)
 
 
+def task_indices(env: Any, start: int, n: int, n_name: str = "n") -> range:
+    """Indices ``start .. start+n-1`` of ``env``'s tasks (fewer where it has fewer), or ``ValueError``."""
+    size = len(env.unwrapped.source)
+    if not 0 <= start < size or n < 1:
+        raise ValueError(f"need 0 <= start < {size} and {n_name} >= 1, got start={start}, {n_name}={n}")
+    return range(start, min(size, start + n))
+
+
 def require_single_turn(env: Any, env_id: str, who: str) -> None:
     from rlvr_envs.search.env import SearchEnv
     from rlvr_envs.tools.base import ToolEnv

@@ -136,18 +136,17 @@ def dataset(env_id: str, n: int, *, start: int = 0, conversational: bool = True,
 
     import rlvr_envs  # noqa: F401
     from rlvr_envs.extras import require
+    from rlvr_envs.integrations._scoring import task_indices
 
     Dataset = require("datasets", "trl", "rlvr_envs.integrations.trl.dataset").Dataset
 
     env = gym.make(env_id, **(env_kwargs or {}))
-    size = len(env.unwrapped.source)
-    if not 0 <= start < size or n < 1:
-        raise ValueError(f"need 0 <= start < {size} and n >= 1, got start={start}, n={n}")
     rows: dict[str, list[Any]] = {"prompt": [], "task_id": []}
-    for i in range(start, min(size, start + n)):
+    for i in task_indices(env, start, n):
         obs, info = env.reset(options={"index": i})
         rows["prompt"].append(info["messages"] if conversational else obs)
         rows["task_id"].append(info["task_id"])
+    env.close()
     kwargs_text = canonical_env_kwargs(env_id, env_kwargs)
     rows[KWARGS_COLUMN] = [kwargs_text] * len(rows["task_id"])
     rows[FINGERPRINT_COLUMN] = [fingerprint_of(kwargs_text)] * len(rows["task_id"])

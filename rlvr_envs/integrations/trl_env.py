@@ -33,7 +33,13 @@ import json
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
-from rlvr_envs.integrations.trl import completion_text
+from rlvr_envs.integrations.trl import (
+    FINGERPRINT_COLUMN,
+    KWARGS_COLUMN,
+    canonical_env_kwargs,
+    check_env_fingerprints,
+    completion_text,
+)
 
 # Prompt for the search family under TRL: the tool call goes through the chat template, not <search> tags.
 SEARCH_TEMPLATE = (
@@ -84,6 +90,7 @@ class RlvrEnvironment:
 
     env_id: ClassVar[str] = ""
     env_kwargs: ClassVar[dict[str, Any]] = {}
+    kwargs_text: ClassVar[str] = "{}"  # canonical_env_kwargs of env_kwargs, what a row's fingerprint must match
     family: ClassVar[str] = "single-turn"
 
     def __init__(self) -> None:
@@ -106,6 +113,8 @@ class RlvrEnvironment:
             raise ValueError(f"{self.env_id}: each dataset row needs a 'task_id' or 'index' column so that the rollouts "
                              f"of a group share one task (columns: {sorted(row)}); build the dataset with "
                              f"rlvr_envs.integrations.trl_env.environment_dataset")
+        if row.get(FINGERPRINT_COLUMN) is not None:  # the row's task was built with these kwargs (task ids do not say)
+            check_env_fingerprints(self.env_id, self.kwargs_text, [row[FINGERPRINT_COLUMN]], [row.get(KWARGS_COLUMN)])
         _, info = self._env.reset(options=options)
         self._done, self._reward, self._info = False, None, info
         return None
@@ -218,19 +227,25 @@ def _tool_use_methods(env: Any) -> dict[str, Callable[..., str]]:
     return {n: _tool_method(n, TOOLS[n].description, TOOLS[n].parameters) for n in names}
 
 
+def family_kwargs(env_id: str, env_kwargs: Mapping[str, Any] | None) -> tuple[str, dict[str, Any]]:
+    """``env_id``'s family and the kwargs it runs with under TRL: the family's defaults under the caller's."""
+    probe = _make_env(env_id, env_kwargs or {})
+    family = env_family(probe)
+    probe.close()
+    return family, {**FAMILY_KWARGS[family], **(env_kwargs or {})}
+
+
 def environment_factory(env_id: str, **env_kwargs: Any) -> type[RlvrEnvironment]:
     """A class for ``GRPOTrainer(environment_factory=...)``: calling it makes one rollout's environment for ``env_id``
     (``gym.make(env_id, **env_kwargs)`` with the family's TRL defaults, ``FAMILY_KWARGS``)."""
-    probe = _make_env(env_id, env_kwargs)
-    family = env_family(probe)
-    kwargs = {**FAMILY_KWARGS[family], **env_kwargs}
+    family, kwargs = family_kwargs(env_id, env_kwargs)
     base: type[RlvrEnvironment] = {"single-turn": RlvrEnvironment, "tool-use": ToolUseEnvironment,
                                    "search": SearchEnvironment}[family]
     namespace: dict[str, Any] = {"env_id": env_id, "env_kwargs": kwargs, "__module__": __name__,
+                                 "kwargs_text": canonical_env_kwargs(env_id, kwargs),
                                  "__doc__": f"{env_id} for TRL's environment_factory ({family})."}
     if family == "tool-use":
         namespace.update(_tool_use_methods(_make_env(env_id, kwargs)))
-    probe.close()
     name = "".join(ch for ch in env_id.split("/")[-1].title() if ch.isalnum()) + "Environment"
     return type(name, (base,), namespace)
 
@@ -261,21 +276,8 @@ environment_reward.__name__ = "rlvr_env_reward"
 
 
 def environment_dataset(env_id: str, n: int, *, start: int = 0, env_kwargs: Mapping[str, Any] | None = None) -> Any:
-    """A ``datasets.Dataset`` of tasks ``start .. start+n-1``: ``prompt`` (chat messages, as the env under TRL shows
-    them) and ``task_id``."""
-    from rlvr_envs.extras import require
+    """``rlvr_envs.integrations.trl.dataset`` of tasks ``start .. start+n-1`` with the family's TRL kwargs: ``prompt``
+    (chat messages, as the env under TRL shows them), ``task_id`` and the kwargs fingerprint ``reset`` checks."""
+    from rlvr_envs.integrations.trl import dataset
 
-    Dataset = require("datasets", "trl", "rlvr_envs.integrations.trl_env.environment_dataset").Dataset
-    probe = _make_env(env_id, env_kwargs or {})
-    env = _make_env(env_id, {**FAMILY_KWARGS[env_family(probe)], **(env_kwargs or {})})
-    probe.close()
-    size = len(env.unwrapped.source)
-    if not 0 <= start < size or n < 1:
-        raise ValueError(f"need 0 <= start < {size} and n >= 1, got start={start}, n={n}")
-    rows: dict[str, list[Any]] = {"prompt": [], "task_id": []}
-    for i in range(start, min(size, start + n)):
-        _, info = env.reset(options={"index": i})
-        rows["prompt"].append(info["messages"])
-        rows["task_id"].append(info["task_id"])
-    env.close()
-    return Dataset.from_dict(rows)
+    return dataset(env_id, n, start=start, env_kwargs=family_kwargs(env_id, env_kwargs)[1])

@@ -24,7 +24,7 @@ from typing import Any
 import verifiers.v1 as vf
 from pydantic import Field
 
-from rlvr_envs.integrations._scoring import env_kwargs_text, make_env, score_response
+from rlvr_envs.integrations._scoring import env_kwargs_text, make_env, score_response, task_indices
 
 TASKSET_ID = "rlvr-envs-verifiers"  # the rlvr_envs_verifiers package
 DEFAULT_HARNESS = "null"  # verifiers' tool-less chat loop: one prompt, one reply
@@ -83,11 +83,8 @@ class RlvrTaskset(vf.Taskset[RlvrTask, RlvrTasksetConfig]):
         cfg = self.config
         kwargs_text = env_kwargs_text(cfg.env_kwargs)
         env = make_env(cfg.env_id, kwargs_text, "the verifiers taskset")
-        size = len(env.unwrapped.source)
-        if not 0 <= cfg.start < size or cfg.num_tasks < 1:
-            raise ValueError(f"need 0 <= start < {size} and num_tasks >= 1, got {cfg.start}, {cfg.num_tasks}")
         try:
-            for i in range(cfg.start, min(size, cfg.start + cfg.num_tasks)):
+            for i in task_indices(env, cfg.start, cfg.num_tasks, "num_tasks"):
                 _, info = env.reset(options={"index": i})
                 messages = info["messages"]
                 system = "\n\n".join(m["content"] for m in messages if m["role"] == "system") or None

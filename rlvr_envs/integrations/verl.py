@@ -27,7 +27,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
-from rlvr_envs.integrations._scoring import env_kwargs_text, make_env, score_response
+from rlvr_envs.integrations._scoring import env_kwargs_text, make_env, score_response, task_indices
 
 # verl's `ability` column (a label it logs), by the module that implements the env
 ABILITIES: dict[str, str] = {
@@ -44,13 +44,11 @@ def rows(env_id: str, n: int, *, start: int = 0, split: str = "train", env_kwarg
          ability: str | None = None) -> list[dict[str, Any]]:
     """verl rows for tasks ``start .. start+n-1`` of ``env_id`` (fewer where the env has fewer tasks)."""
     env = make_env(env_id, env_kwargs, "verl's compute_score")
-    size = len(env.unwrapped.source)
-    if not 0 <= start < size or n < 1:
-        raise ValueError(f"need 0 <= start < {size} and n >= 1, got start={start}, n={n}")
+    indices = task_indices(env, start, n)
     kwargs_text = env_kwargs_text(env_kwargs)
     label = ability or ability_of(env)
     out = []
-    for i in range(start, min(size, start + n)):
+    for i in indices:
         _, info = env.reset(options={"index": i})
         task = env.unwrapped.task
         out.append({
