@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from rlvr_envs.core import Task
+from rlvr_envs.core import ListSource, Task
 
 
 def check_seed_base(seed_base: Any) -> int:
@@ -43,3 +43,13 @@ def split_fingerprint(fingerprint: str, seed_base: int) -> str:
     if seed_base == 0:
         return fingerprint
     return hashlib.sha256(f"{fingerprint}|seed_base={seed_base}".encode()).hexdigest()
+
+
+def seeded_source(tasks: Sequence[Task], name: str, fingerprint: str | None, seed_base: int) -> ListSource:
+    """A fixed data set's source under ``seed_base``: its tasks in ``seeded_order``, the split in its name and in
+    its fingerprint (both unchanged for ``seed_base=0``)."""
+    seed_base = check_seed_base(seed_base)
+    if seed_base:
+        name = f"{name}[seed_base={seed_base}]"
+        fingerprint = split_fingerprint(fingerprint, seed_base) if fingerprint is not None else None
+    return ListSource(seeded_order(tasks, seed_base), name, fingerprint=fingerprint)

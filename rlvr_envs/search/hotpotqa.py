@@ -18,7 +18,7 @@ from rlvr_envs.data import load_rows, read_jsonl
 from rlvr_envs.search.corpus import Corpus
 from rlvr_envs.search.env import SearchEnv
 from rlvr_envs.search.retrievers import require_retriever
-from rlvr_envs.splits import check_seed_base, seeded_order, split_fingerprint
+from rlvr_envs.splits import check_seed_base, seeded_source
 
 QUESTIONS = "multihop/hotpotqa_dev_distractor_100.jsonl"
 CORPUS = "multihop/hotpotqa_corpus_1000.jsonl"
@@ -81,12 +81,11 @@ def make_env(*, data_dir: str | os.PathLike | None = None, questions_path: str |
     retriever = env_kwargs.get("retriever", "bm25")
     if isinstance(retriever, str):  # before loading data: a missing [search] extra should be the error seen
         require_retriever(retriever, "rlvr/HotpotQA-v0")
-    seed_base = check_seed_base(seed_base)
+    check_seed_base(seed_base)  # before loading data
     source, corpus = load_hotpotqa(data_dir=data_dir, questions_path=questions_path, corpus_path=corpus_path)
     if seed_base:
-        tasks = [source.task(i) for i in range(len(source))]
-        source = ListSource(seeded_order(tasks, seed_base), name=f"hotpotqa[seed_base={seed_base}]",
-                            fingerprint=split_fingerprint(source.fingerprint, seed_base))
+        source = seeded_source([source.task(i) for i in range(len(source))], source.name, source.fingerprint,
+                               seed_base)
     env_kwargs.setdefault("max_turns", 4)
     return SearchEnv(source, corpus, **env_kwargs)
 

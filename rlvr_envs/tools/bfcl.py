@@ -15,10 +15,10 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from rlvr_envs.core import ListSource, Message, Task, TextEnv, Verdict
+from rlvr_envs.core import Message, Task, TextEnv, Verdict
 from rlvr_envs.data import load_rows
 from rlvr_envs.rubric import Rubric
-from rlvr_envs.splits import check_seed_base, seeded_order, split_fingerprint
+from rlvr_envs.splits import seeded_source
 from rlvr_envs.tools.base import tools_system_prompt
 from rlvr_envs.verifiers.calls import ToolCall, UnverifiableGold, match_bfcl, parse_tool_calls
 
@@ -167,9 +167,7 @@ class BFCLEnv(TextEnv):
         tasks, digest = load_tasks(categories, data_dir)
         # seed_base: a fixed data set has no other stream, so another value is the same tasks in a seeded order
         # (the trainer's held-out "first n tasks" become a seeded sample; rlvr_envs.splits)
-        seed_base = check_seed_base(seed_base)
-        name = f"bfcl:{'+'.join(categories)}" + (f"[seed_base={seed_base}]" if seed_base else "")
-        source = ListSource(seeded_order(tasks, seed_base), name, fingerprint=split_fingerprint(digest, seed_base))
+        source = seeded_source(tasks, f"bfcl:{'+'.join(categories)}", digest, seed_base)
         super().__init__(source, score_bfcl,
                          max_response_chars=32_768, verifier_name="BFCL AST match", gold_formatter=gold_response,
                          render_mode=render_mode, rubric=rubric)
