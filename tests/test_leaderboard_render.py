@@ -90,7 +90,8 @@ def test_page_renders_in_headless_chromium(site, tmp_path):
 
 
 def test_accuracy_vs_length_plot_groups_seeds_of_a_method(tmp_path):
-    from rlvr_envs.harness.render import _system, plot_board, plot_curves
+    from rlvr_envs.harness.render import plot_board, plot_curves
+    from rlvr_envs.harness.summary import entry_name
 
     def entry(model: str, acc: float, length: float, method: str | None = None, unit: str = "tokens") -> dict:
         e = {"model": model, "label": None, "metrics": {"accuracy": acc, "length_mean": length, "length_unit": unit}}
@@ -101,8 +102,8 @@ def test_accuracy_vs_length_plot_groups_seeds_of_a_method(tmp_path):
     entries = [entry("m + grpo (seed 0)", 0.5, 20, "grpo"), entry("m + grpo (seed 1)", 0.4, 22, "grpo"),
                entry("m + dapo (seed 0)", 0.6, 30, "dapo"), entry("base (seed 3)", 0.1, 40),
                entry("cascade: m + agon (seed 1) drafts -> m (agon partner, seed 1) answers", 0.2, 10)]
-    assert _system(entries[3]) == "base"  # an untrained entry: its model name less the seed
-    assert _system(entries[4]) == "cascade: m + agon drafts -> m (agon partner) answers"
+    assert entry_name(entries[3]) == "base"  # an untrained entry: its model name less the seed
+    assert entry_name(entries[4]) == "cascade: m + agon drafts -> m (agon partner) answers"
     labels = plot_board({"board": "b", "env_id": "toy", "entries": entries}, tmp_path / "b.png")
     # one legend entry per system, best mean accuracy first, with its number of entries
     assert labels[:3] == ["dapo (1)", "grpo (2)", "cascade: m + agon drafts -> m (agon p... (1)"]

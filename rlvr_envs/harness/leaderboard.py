@@ -12,9 +12,9 @@ Tiers (``rlvr_envs.harness.reproduce``): when the evaluated policy loads here wi
 sample of records is decoded again and must match exactly, and token counts are recounted with its tokenizer (a false
 model name, a rewritten response or a made-up count is rejected); the entry is *reproduced*. Otherwise the model name,
 responses and token counts are the agent's own report, taken as claimed and marked *self-reported*, field by field, in
-``show`` and on the page. Taken as claimed too is the split of incorrect records into "wrong" and "unverifiable" (a record's ``status``): whether a check times out
-depends on the machine, so the board re-verifies ``correct`` (which wins over a status that contradicts it) and keeps
-the claimed split; ``unverifiable_rate`` is recomputed from it (entries submitted before it existed show "n/a").
+``show`` and on the page. Taken as claimed too is the split of incorrect records into "wrong" and "unverifiable" (a
+record's ``status``): whether a check times out depends on the machine, so the board re-verifies ``correct`` (which
+wins over a status that contradicts it) and keeps the claimed split; ``unverifiable_rate`` is recomputed from it (entries submitted before it existed show "n/a").
 An entry may carry a ``training`` block (a trained run's method, seed, cost and learning curve; see
 ``agents.grpo.publish``): it is reported metadata, shape-checked (``validate_training``) and stored as given, never
 re-verified. It does not loosen anything above: the records are re-scored and the pin applies exactly as without it.
@@ -573,7 +573,6 @@ def format_board(board: Mapping[str, Any]) -> str:
     title = f"board {board['board']}: {board['env_id']} ({len(entries)} entries; {pin_summary(board)})"
     if trained:
         title += "\n(rollouts, train tok, FLOPs~, train s: the training run's own report, not re-verified)"
-
     return title + "\n" + format_table(rows, header) if rows else title
 
 

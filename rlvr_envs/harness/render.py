@@ -26,7 +26,7 @@ from rlvr_envs.harness.leaderboard import (
     unverifiable_cell,
 )
 from rlvr_envs.harness.reproduce import entry_evidence, evidence_text
-from rlvr_envs.harness.summary import entry_name, interval_text, runs_text, summarize
+from rlvr_envs.harness.summary import interval_text, runs_text, summarize
 
 _SORT_JS = """
 document.querySelectorAll('table.board').forEach(function (table) {
@@ -65,8 +65,6 @@ p.reported { font-size: 13px; color: #555; }
 """
 
 
-_system = entry_name  # what an entry is, less its seed (kept under its old name)
-
 # Per-seed points are shifted sideways by up to this share of the x axis's span so that runs with the same accuracy
 # and length (repeat runs of a seed, or methods that all collapsed) do not hide one another; accuracy (y) is never
 # moved.
@@ -100,8 +98,8 @@ def _legend(ax: Any, n: int, title: str) -> None:
 
 def plot_board(board: dict[str, Any], path: Path) -> list[str]:
     """Accuracy against mean response length: each entry (one run, one seed) a faint point; each method a large
-    semi-transparent marker at its mean over its runs with a vertical bar for its 95% Student-t interval over them (none for one run), named in
-    the legend (returned, best mean first) with its number of runs. Every marker is shifted sideways by up to
+    semi-transparent marker at its mean with a vertical bar for its 95% Student-t interval over seeds (``summarize``;
+    none for one seed), named in the legend (returned, best mean first) with its number of runs. Every marker is shifted sideways by up to
     ``JITTER`` of the x span (deterministic) and methods differ in both colour and shape, so that runs or methods
     at the same place do not hide one another; accuracy is never moved."""
     import matplotlib
@@ -118,8 +116,7 @@ def plot_board(board: dict[str, Any], path: Path) -> list[str]:
         groups += [(r, unit, pts) for unit, pts in by_unit.items()]
     units = sorted({unit for _, unit, _ in groups})
     all_x = [e["metrics"].get("length_mean", 0.0) for e in board["entries"]]
-    span = (max(all_x) - min(all_x)) if all_x else 0.0
-    span = span or 1.0
+    span = (max(all_x) - min(all_x) if all_x else 0.0) or 1.0
     rng = random.Random(0)
     fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
     labels = []
@@ -130,9 +127,10 @@ def plot_board(board: dict[str, Any], path: Path) -> list[str]:
         ax.scatter(_jittered(xs, span, rng), ys, s=18, color=color, marker=marker, alpha=0.45, linewidths=0, zorder=2)
         label = _legend_name(r["name"]) + f" ({len(pts)})" + (f" [{unit}]" if len(units) > 1 else "")
         labels.append(label)
-        mean_y = sum(ys) / len(ys)
+        whole = len(pts) == len(r["entries"])  # the method's every run (not one length unit of several)
+        mean_y = r["mean"] if whole else sum(ys) / len(ys)  # the summary's mean over seeds, where its bar is centred
         (mean_x,) = _jittered([sum(xs) / len(xs)], span, rng)
-        if len(pts) == len(r["entries"]) and r["low"] is not None:
+        if whole and r["low"] is not None:
             ax.errorbar([mean_x], [mean_y], yerr=[[mean_y - r["low"]], [r["high"] - mean_y]], fmt="none",
                         ecolor=color, elinewidth=1.2, capsize=3, alpha=0.9, zorder=3)
         ax.scatter([mean_x], [mean_y], s=70, color=color, marker=marker, edgecolors="black", linewidths=0.6,

@@ -17,8 +17,8 @@ fields more, each recorded on the entry (``evidence``):
 The tier is asked for (``rlvr leaderboard submit --reproduce``): decoding is only identical on the same numerics, so a
 file from other hardware or an older engine may not reproduce, and a board does not decode every submission. Once
 asked for, a policy that cannot be loaded or that contradicts the file rejects the submission. Everything else is
-*self-reported*, field by field, and shown so on the page and in ``rlvr leaderboard show``. The sample's seed comes from the results file's
-SHA-256, so a submitter cannot pick which records are decoded without changing the file.
+*self-reported*, field by field, and shown so on the page and in ``rlvr leaderboard show``. The sample's seed comes
+from the results file's SHA-256, so a submitter cannot pick which records are decoded without changing the file.
 """
 
 from __future__ import annotations
@@ -133,6 +133,11 @@ def sample_positions(n_records: int, size: int, results_sha256: str) -> list[int
     return sorted(int(i) for i in rng.choice(n_records, size=min(size, n_records), replace=False))
 
 
+def _turns(record: Mapping[str, Any]) -> list[str]:
+    """What the model wrote in a record: every turn of a multi-turn episode, else the one response."""
+    return list(record.get("turns") or [record["response"]])
+
+
 def _recount(tokenizer: Any, texts: list[str]) -> int:
     return sum(len(tokenizer(t, add_special_tokens=False)["input_ids"]) for t in texts)
 
@@ -160,7 +165,7 @@ def check_reproduced(doc: Mapping[str, Any], loadable: LoadablePolicy, results_s
     for rec in records:
         if rec.get("tokens") is None:
             continue
-        turns = list(rec.get("turns") or [rec["response"]])
+        turns = _turns(rec)
         recount = _recount(policy.tokenizer, turns)
         cap = None if max_new_tokens is None else max_new_tokens * len(turns)
         if int(rec["tokens"]) < recount - token_slack(recount) or (cap is not None and int(rec["tokens"]) > cap):
@@ -171,17 +176,18 @@ def check_reproduced(doc: Mapping[str, Any], loadable: LoadablePolicy, results_s
     positions = sample_positions(len(records), sample_size, results_sha256)
     chosen = [records[i] for i in positions]
     units = [(int(r["task_index"]), int(r["sample_index"])) for r in chosen]
-    env = gym.make(cfg["env_id"], **cfg["env_kwargs"])
-    pool = EnvPool(env, lambda: gym.make(cfg["env_id"], **cfg["env_kwargs"]))
+    def make_env() -> Any:
+        return gym.make(cfg["env_id"], **cfg["env_kwargs"])
+
+    pool = EnvPool(make_env(), make_env, owns_first=True)
     try:
         episodes = run_episodes(loadable.make_agent(), pool, units, run_seed=int(cfg["seed"]),
                                 n_samples=int(cfg["n_samples"]))
     finally:
         pool.close()
-        env.close()
     for rec, ep in zip(chosen, episodes):
         where = f"task {rec['task_id']!r} sample {rec['sample_index']}"
-        if ep.turns != list(rec.get("turns") or [rec["response"]]):
+        if ep.turns != _turns(rec):
             problems.append(f"{where}: the recorded response is not what {agent_desc.get('model')} decodes with this "
                             f"sample's seed ({ep.turns[-1][:60]!r} vs {rec['response'][:60]!r})")
         elif rec.get("tokens") is not None and ep.tokens != rec["tokens"]:
