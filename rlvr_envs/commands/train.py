@@ -22,6 +22,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list recipes and every stage's registered components")
     p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in out_dir and start over")
     p.add_argument("--dry-run", action="store_true", help="print the resolved recipe and exit")
+    p.add_argument("--nproc", type=int, default=1,
+                   help="data-parallel ranks on this machine (torch.distributed through torchrun's launcher: gloo on "
+                        "CPU, NCCL on GPU); the update is split by groups, the result equals one process's")
+    p.add_argument("--rollout-workers", type=int, default=0,
+                   help="spread rollouts over this many Ray actors, each with its own engine (0: the trainer's own)")
     p.set_defaults(func=run)
 
 
@@ -52,9 +57,21 @@ def run(args: argparse.Namespace) -> int:
 
         print(json.dumps(cfg.to_dict(), indent=2))
         return 0
+    if args.nproc < 1 or args.rollout_workers < 0:
+        print("rlvr train: --nproc must be >= 1 and --rollout-workers >= 0", file=sys.stderr)
+        return 2
+    if args.nproc > 1:
+        from agents.distributed.launch import launch
+
+        return launch(args.nproc, args, cfg.out_dir)
     from agents.grpo.trainer import Trainer
 
-    trainer = Trainer(cfg)
+    kwargs = {}
+    if args.rollout_workers:
+        from agents.distributed.launch import rollout_engine
+
+        kwargs["policy"], kwargs["engine"] = rollout_engine(cfg, args.rollout_workers)
+    trainer = Trainer(cfg, **kwargs)
     records = trainer.run(resume=not args.fresh)
     evals = [r for r in records if r.get("kind") == "eval"]
     if evals:
