@@ -20,6 +20,8 @@ from __future__ import annotations
 import json
 import urllib.error
 import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
@@ -46,6 +48,34 @@ def _space(description: dict[str, Any]) -> TextSpace:
     return TextSpace(int(description["max_length"]), min_length=int(description.get("min_length", 0)))
 
 
+@dataclass(frozen=True)
+class RemoteTask:
+    """What a client learns of a served task: its position. A server never sends references or metadata (they hold
+    answers: a Countdown task's metadata carries a solution)."""
+
+    index: int
+    metadata: Mapping[str, Any] = field(default_factory=dict)
+
+
+class RemoteTasks:
+    """``env.unwrapped.source`` of a ``RemoteEnv``: the served env's task count (``len``), as a trainer sizes its
+    prompt stream; ``task(i)`` gives a ``RemoteTask``."""
+
+    def __init__(self, env: RemoteEnv):
+        self.env = env
+
+    def __len__(self) -> int:
+        n = self.env.session_facts()["num_tasks"]
+        if n is None:
+            raise TypeError(f"{self.env.env_id} served from {self.env.url} has no task source")
+        return int(n)
+
+    def task(self, index: int) -> RemoteTask:
+        if not 0 <= int(index) < len(self):
+            raise IndexError(f"task index {index} out of range for {len(self)} tasks")
+        return RemoteTask(int(index))
+
+
 class RemoteEnv(gym.Env[str, str]):
     """A served text env (``env_id``; default: the server's default) as a local ``gymnasium.Env``."""
 
@@ -67,6 +97,7 @@ class RemoteEnv(gym.Env[str, str]):
         self.observation_space = _space(described["observation_space"])
         self.action_space = _space(described["action_space"])
         self._ws: Any = None
+        self._facts: dict[str, Any] | None = None
 
     # -- gymnasium API ------------------------------------------------------------------------------------------------
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
@@ -97,8 +128,31 @@ class RemoteEnv(gym.Env[str, str]):
         super().close()
 
     def state(self) -> dict[str, Any]:
-        """The server's view of this session (env ID, task, step count, whether an episode is open)."""
+        """The server's view of this session (env ID, task, step count, whether an episode is open, the session
+        env's task count and whether it is multi-turn)."""
         return self._send("state", None)["data"]
+
+    def session_facts(self) -> dict[str, Any]:
+        """``num_tasks`` and ``multi_turn`` of the env this session plays (with this client's env kwargs): the server
+        makes a session's env at its first reset, so a session that has none yet resets once (task 0) to learn them.
+        Read once per client."""
+        if self._facts is None:
+            state = self.state()
+            if state.get("multi_turn") is None:
+                self.reset(options={"index": 0})
+                state = self.state()
+            self._facts = {"num_tasks": state.get("num_tasks"), "multi_turn": bool(state.get("multi_turn"))}
+        return self._facts
+
+    @property
+    def source(self) -> RemoteTasks:
+        return RemoteTasks(self)
+
+    @property
+    def multi_turn(self) -> bool:
+        """Whether the served env's episodes may take several turns (what a trainer asks before choosing how to
+        play them)."""
+        return self.session_facts()["multi_turn"]
 
     # -- wire ---------------------------------------------------------------------------------------------------------
     def _exchange(self, kind: str, data: dict[str, Any]) -> tuple[str, float, bool, bool, dict[str, Any]]:

@@ -26,6 +26,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--fresh", action="store_true")
     p.add_argument("--rollout-workers", type=int, default=0,
                    help="spread rank 0's rollouts over this many Ray actors (0: its own engine)")
+    p.add_argument("--env-url", default=None, help="rank 0 plays the env on this `rlvr serve` server")
 
 
 def worker_args(args: argparse.Namespace) -> list[str]:
@@ -37,6 +38,8 @@ def worker_args(args: argparse.Namespace) -> list[str]:
         out.append("--fresh")
     if getattr(args, "rollout_workers", 0):
         out += ["--rollout-workers", str(args.rollout_workers)]
+    if getattr(args, "env_url", None):
+        out += ["--env-url", args.env_url]
     return out
 
 
@@ -64,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_recipe(args.recipe, args.overrides, lane=args.lane)
     rank, world = init_process_group()
     kwargs: dict[str, Any] = {}
+    if args.env_url and rank == 0:
+        from rlvr_envs.commands.train import remote_envs
+
+        kwargs.update(remote_envs(cfg, args.env_url))
     if args.rollout_workers and rank == 0:
         kwargs["policy"], kwargs["engine"] = rollout_engine(cfg, args.rollout_workers)
     trainer = DataParallelTrainer(cfg, **kwargs)

@@ -31,7 +31,9 @@ from rlvr_envs.rubric import plan_precision, plan_recall
 
 
 def is_multiturn(env: Any) -> bool:
-    return not isinstance(env.unwrapped, TextEnv)
+    # a served env (rlvr_envs.remote.RemoteEnv) says what it serves; a local one is multi-turn unless a TextEnv
+    flag = getattr(env.unwrapped, "multi_turn", None)
+    return bool(flag) if flag is not None else not isinstance(env.unwrapped, TextEnv)
 
 
 def remake(env: Any) -> Any:

@@ -22,12 +22,29 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--list", action="store_true", help="list recipes and every stage's registered components")
     p.add_argument("--fresh", action="store_true", help="ignore an existing checkpoint in out_dir and start over")
     p.add_argument("--dry-run", action="store_true", help="print the resolved recipe and exit")
+    p.add_argument("--env-url", default=None, metavar="URL",
+                   help="play the recipe's env on an `rlvr serve` server instead of in-process (training and "
+                        "held-out envs, with the recipe's env kwargs); rewards are computed by the server")
     p.add_argument("--nproc", type=int, default=1,
                    help="data-parallel ranks on this machine (torch.distributed through torchrun's launcher: gloo on "
                         "CPU, NCCL on GPU); the update is split by groups, the result equals one process's")
     p.add_argument("--rollout-workers", type=int, default=0,
                    help="spread rollouts over this many Ray actors, each with its own engine (0: the trainer's own)")
     p.set_defaults(func=run)
+
+
+def remote_envs(cfg, url: str) -> dict:
+    """The trainer's ``env`` and ``eval_env`` as sessions on an ``rlvr serve`` server (made through the registry, so
+    a multi-turn env's episode pool can open more sessions)."""
+    import gymnasium as gym
+
+    from rlvr_envs.remote import REMOTE_ID
+
+    def session(env_kwargs: dict) -> gym.Env:
+        return gym.make(f"rlvr_envs.remote:{REMOTE_ID}", url=url, env_id=cfg.env, env_kwargs=env_kwargs,
+                        disable_env_checker=True)
+
+    return {"env": session(dict(cfg.env_kwargs)), "eval_env": session({**cfg.env_kwargs, **cfg.eval_env_kwargs})}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -66,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         return launch(args.nproc, args, cfg.out_dir)
     from agents.grpo.trainer import Trainer
 
-    kwargs = {}
+    kwargs = remote_envs(cfg, args.env_url) if args.env_url else {}
     if args.rollout_workers:
         from agents.distributed.launch import rollout_engine
 

@@ -21,6 +21,7 @@ from gymnasium import spaces
 from openenv.core.env_server.interfaces import Environment
 from openenv.core.env_server.types import EnvironmentMetadata
 
+from rlvr_envs.core import TextEnv
 from rlvr_envs.jsontypes import jsonable
 from rlvr_envs.serve.metrics import ServeMetrics
 from rlvr_envs.serve.models import TextAction, TextEnvState, TextObservation
@@ -181,8 +182,13 @@ class SessionEnv(Environment[TextAction, TextObservation, TextEnvState]):
 
     @property
     def state(self) -> TextEnvState:
+        num_tasks = multi_turn = None
+        if self._env is not None:
+            source = getattr(self._env.unwrapped, "source", None)
+            num_tasks = len(source) if source is not None else None
+            multi_turn = not isinstance(self._env.unwrapped, TextEnv)
         return TextEnvState(episode_id=self._episode_id, step_count=self._steps, env_id=self._env_id,
-                            task_id=self._task_id, episode_open=self._open)
+                            task_id=self._task_id, episode_open=self._open, num_tasks=num_tasks, multi_turn=multi_turn)
 
     def get_metadata(self) -> EnvironmentMetadata:
         return EnvironmentMetadata(name="rlvr-envs", version="0.1.0",

@@ -38,3 +38,7 @@ class TextEnvState(State):
     env_id: str | None = Field(default=None, description="the env ID of the current episode")
     task_id: str | None = Field(default=None, description="the current task's ID")
     episode_open: bool = Field(default=False, description="whether a step is expected (reset done, not finished)")
+    num_tasks: int | None = Field(default=None, description="tasks in the session env's source (None: no source, "
+                                                            "or no env made yet)")
+    multi_turn: bool | None = Field(default=None, description="whether an episode may take several turns (tool and "
+                                                              "search envs); None: no env made yet")
