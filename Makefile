@@ -47,7 +47,7 @@ demo: $(STAMP)
 
 test: $(STAMP) $(VERL_STAMP)
 	RLVR_DATA_DIR=$${RLVR_DATA_DIR:-$(DATA)} $(PY) -m pytest -q -x tests
-	RLVR_DATA_DIR=$${RLVR_DATA_DIR:-$(DATA)} $(VERL_VENV)/bin/python -m pytest -q -x -p no:cacheprovider tests/test_adapters_verl.py
+	RLVR_DATA_DIR=$${RLVR_DATA_DIR:-$(DATA)} $(VERL_VENV)/bin/python -m pytest -q -x -p no:cacheprovider tests/test_adapters_verl.py tests/test_adapters_verl_agent_loop.py
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check rlvr_envs agents tests benchmarks leaderboards

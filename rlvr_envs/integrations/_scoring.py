@@ -36,16 +36,18 @@ def require_single_turn(env: Any, env_id: str, who: str) -> None:
 
     if isinstance(env.unwrapped, (ToolEnv, SearchEnv)):
         raise NotImplementedError(f"{env_id} is multi-turn (tool use / search): {who} scores one response per prompt; "
-                                  f"multi-turn episodes need an agent loop, which this adapter lacks")
+                                  f"multi-turn episodes need an agent loop")
 
 
-def make_env(env_id: str, env_kwargs: Mapping[str, Any] | str | None, who: str) -> Any:
+def make_env(env_id: str, env_kwargs: Mapping[str, Any] | str | None, who: str, *,
+             multi_turn_ok: bool = False) -> Any:
     import gymnasium as gym
 
     import rlvr_envs  # noqa: F401  (registers the rlvr/ ids)
 
     env = gym.make(env_id, **json.loads(env_kwargs_text(env_kwargs)))
-    require_single_turn(env, env_id, who)
+    if not multi_turn_ok:
+        require_single_turn(env, env_id, who)
     return env
 
 

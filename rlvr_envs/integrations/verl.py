@@ -41,9 +41,13 @@ def ability_of(env: Any) -> str:
 
 
 def rows(env_id: str, n: int, *, start: int = 0, split: str = "train", env_kwargs: Mapping[str, Any] | None = None,
-         ability: str | None = None) -> list[dict[str, Any]]:
-    """verl rows for tasks ``start .. start+n-1`` of ``env_id`` (fewer where the env has fewer tasks)."""
-    env = make_env(env_id, env_kwargs, "verl's compute_score")
+         ability: str | None = None, env_url: str | None = None) -> list[dict[str, Any]]:
+    """verl rows for tasks ``start .. start+n-1`` of ``env_id`` (fewer where the env has fewer tasks). With
+    ``env_url`` (an ``rlvr serve`` server), rows name the ``rlvr_env`` agent loop
+    (``rlvr_envs.integrations.verl_agent_loop``) and the server: the way tool-use and search envs, which need whole
+    episodes, are trained in verl."""
+    env = make_env(env_id, env_kwargs, "verl's compute_score (give --env-url to train it through the rlvr_env agent "
+                                       "loop)", multi_turn_ok=env_url is not None)
     indices = task_indices(env, start, n)
     kwargs_text = env_kwargs_text(env_kwargs)
     label = ability or ability_of(env)
@@ -59,6 +63,11 @@ def rows(env_id: str, n: int, *, start: int = 0, split: str = "train", env_kwarg
             "extra_info": {"split": split, "index": i, "task_id": info["task_id"], "env_id": env_id,
                            "env_kwargs": kwargs_text},
         })
+        if env_url is not None:
+            from rlvr_envs.integrations.verl_agent_loop import AGENT_NAME  # noqa: F401  (needs verl; checked early)
+
+            out[-1]["agent_name"] = "rlvr_env"
+            out[-1]["extra_info"]["env_url"] = env_url
     env.close()
     return out
 
@@ -74,9 +83,9 @@ def write_parquet(records: list[dict[str, Any]], path: str | os.PathLike[str]) -
 
 
 def export(env_id: str, n: int, out: str | os.PathLike[str], *, start: int = 0, split: str = "train",
-           env_kwargs: Mapping[str, Any] | None = None, ability: str | None = None) -> int:
+           env_kwargs: Mapping[str, Any] | None = None, ability: str | None = None, env_url: str | None = None) -> int:
     """``rows`` + ``write_parquet``; returns the number of rows written."""
-    records = rows(env_id, n, start=start, split=split, env_kwargs=env_kwargs, ability=ability)
+    records = rows(env_id, n, start=start, split=split, env_kwargs=env_kwargs, ability=ability, env_url=env_url)
     write_parquet(records, out)
     return len(records)
 
