@@ -238,3 +238,74 @@ def test_trl_calls_the_search_method_of_a_model_that_calls_the_tool(tmp_path, mo
     tool_messages = [m for c in completions_seen for m in c if m.get("role") == "tool"]
     assert tool_messages and all(m["name"] == "search" and "<information>" in m["content"] for m in tool_messages)
     assert all(e.reward == 0.0 for e in made if e.done)  # the rollouts never answered
+
+
+# -- over rlvr serve: the same classes with env_url ----------------------------------------------------------------
+@pytest.fixture(scope="module")
+def served_tools():
+    pytest.importorskip("openenv")
+    pytest.importorskip("websockets")
+    from rlvr_envs.serve import create_app, running_server
+
+    app = create_app(["rlvr/ToolUse-v0", "rlvr/Arithmetic-v0"], max_sessions=32)
+    with running_server(app) as url:
+        yield url, app.state.rlvr
+
+
+def test_tool_use_over_the_server_scores_gold_1_and_wrong_0(served_tools):
+    url, server = served_tools
+    remote_cls = environment_factory("rlvr/ToolUse-v0", env_url=url, **TOOLS_KW)
+    local_cls = environment_factory("rlvr/ToolUse-v0", **TOOLS_KW)
+    assert {n for n, _ in inspect.getmembers(remote_cls, inspect.isfunction)} == \
+        {n for n, _ in inspect.getmembers(local_cls, inspect.isfunction)}
+    before = server.metrics.counters["steps_total"]
+    for row in environment_dataset("rlvr/ToolUse-v0", 3, env_kwargs=TOOLS_KW):
+        twin = local_cls()  # the plan comes from a local twin: a served task carries no reference
+        twin.reset(**row)
+        _, plan, final = _gold_plan(twin)
+        gold, wrong = remote_cls(), remote_cls()
+        for env in (gold, wrong):
+            env.reset(**row)
+        results = [getattr(gold, call.name)(**call.arguments) for call in plan]
+        twin_results = [getattr(twin, call.name)(**call.arguments) for call in plan]
+        assert results == twin_results  # the server ran the same sandbox
+        rewards = environment_reward([[{"role": "assistant", "content": final}],
+                                      [{"role": "assistant", "content": "<answer>certainly wrong zzqx</answer>"}]],
+                                     [gold, wrong])
+        assert rewards[0] == 1.0
+        if twin._env.unwrapped.task.metadata["answer_kind"] != "none":
+            assert rewards[1] == 0.0
+    assert server.metrics.counters["steps_total"] - before >= 3
+
+
+def test_grpo_trainer_two_steps_against_the_server(served_tools, tmp_path, monkeypatch):
+    import gc
+
+    from test_serve import wait_until
+
+    url, server = served_tools
+    monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
+    model, tokenizer = _tiny_tool_policy()
+    factory = environment_factory("rlvr/ToolUse-v0", env_url=url, **TOOLS_KW)
+    seen: list[float] = []
+
+    def reward(completions, environments=None, **kw):
+        out = environment_reward(completions, environments, **kw)
+        seen.extend(out)
+        return out
+
+    reward.__name__ = environment_reward.__name__
+    before = server.metrics.counters["resets_total"]
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=8,
+        max_steps=2, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no", learning_rate=1e-3,
+        bf16=False, seed=0, dataloader_num_workers=0, max_tool_calling_iterations=1)
+    trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, environment_factory=factory,
+                              train_dataset=environment_dataset("rlvr/ToolUse-v0", 4, env_kwargs=TOOLS_KW),
+                              processing_class=tokenizer)
+    assert trainer.train().global_step == 2
+    assert len(seen) == 2 * 4 and all(0.0 <= r <= 1.0 for r in seen)
+    assert server.metrics.counters["resets_total"] - before >= 2 * 4  # every rollout's episode was a served session
+    del trainer
+    gc.collect()
+    assert wait_until(lambda: server.active_sessions == 0), "environment instances left sessions open"

@@ -90,16 +90,32 @@ class RlvrEnvironment:
 
     env_id: ClassVar[str] = ""
     env_kwargs: ClassVar[dict[str, Any]] = {}
+    env_url: ClassVar[str | None] = None  # an `rlvr serve` server that plays the episodes (None: in-process)
     kwargs_text: ClassVar[str] = "{}"  # canonical_env_kwargs of env_kwargs, what a row's fingerprint must match
     family: ClassVar[str] = "single-turn"
 
     def __init__(self) -> None:
         if not self.env_id:
             raise TypeError("use environment_factory(env_id) to get an environment class for an env")
-        self._env = _make_env(self.env_id, self.env_kwargs)
+        if self.env_url is None:
+            self._env = _make_env(self.env_id, self.env_kwargs)
+        else:
+            from rlvr_envs.remote import RemoteEnv
+
+            self._env = RemoteEnv(self.env_url, self.env_id, env_kwargs=self.env_kwargs)
         self._done = True
         self._reward: float | None = None
         self._info: dict[str, Any] = {}
+
+    def __del__(self) -> None:
+        # TRL makes one instance per rollout and never closes it (a public close() would become a tool): release the
+        # env, and a served env's session, when the instance goes
+        env = self.__dict__.get("_env")
+        if env is not None:
+            try:
+                env.close()
+            except Exception:  # interpreter shutdown, a server already gone: nothing left to release
+                pass
 
     # -- the TRL contract ------------------------------------------------------------------------------------------
     def reset(self, **row: Any) -> str | None:
@@ -235,13 +251,15 @@ def family_kwargs(env_id: str, env_kwargs: Mapping[str, Any] | None) -> tuple[st
     return family, {**FAMILY_KWARGS[family], **(env_kwargs or {})}
 
 
-def environment_factory(env_id: str, **env_kwargs: Any) -> type[RlvrEnvironment]:
+def environment_factory(env_id: str, *, env_url: str | None = None, **env_kwargs: Any) -> type[RlvrEnvironment]:
     """A class for ``GRPOTrainer(environment_factory=...)``: calling it makes one rollout's environment for ``env_id``
-    (``gym.make(env_id, **env_kwargs)`` with the family's TRL defaults, ``FAMILY_KWARGS``)."""
+    (``gym.make(env_id, **env_kwargs)`` with the family's TRL defaults, ``FAMILY_KWARGS``). With ``env_url`` each
+    instance plays its episode on that ``rlvr serve`` server (a ``RemoteEnv`` session with the same kwargs); the
+    family and the tool methods are read from a local instance."""
     family, kwargs = family_kwargs(env_id, env_kwargs)
     base: type[RlvrEnvironment] = {"single-turn": RlvrEnvironment, "tool-use": ToolUseEnvironment,
                                    "search": SearchEnvironment}[family]
-    namespace: dict[str, Any] = {"env_id": env_id, "env_kwargs": kwargs, "__module__": __name__,
+    namespace: dict[str, Any] = {"env_id": env_id, "env_kwargs": kwargs, "env_url": env_url, "__module__": __name__,
                                  "kwargs_text": canonical_env_kwargs(env_id, kwargs),
                                  "__doc__": f"{env_id} for TRL's environment_factory ({family})."}
     if family == "tool-use":
