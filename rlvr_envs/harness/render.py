@@ -115,10 +115,11 @@ def plot_board(board: dict[str, Any], path: Path) -> list[str]:
             by_unit.setdefault(e["metrics"].get("length_unit", "?"), []).append(e)
         groups += [(r, unit, pts) for unit, pts in by_unit.items()]
     units = sorted({unit for _, unit, _ in groups})
-    all_x = [e["metrics"].get("length_mean", 0.0) for e in board["entries"]]
-    span = (max(all_x) - min(all_x) if all_x else 0.0) or 1.0
+    all_x = [e["metrics"].get("length_mean", 0.0) for e in board["entries"]] or [0.0]
+    # entries at (nearly) one length: a tenth of that length as the span, so the axis is not zoomed into rounding
+    span = max(max(all_x) - min(all_x), 0.1 * max(abs(x) for x in all_x), 1.0)
     rng = random.Random(0)
-    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    fig, ax = plt.subplots(figsize=(9 if len(groups) <= 22 else 11, 5), dpi=100)
     labels = []
     for r, unit, pts in groups:
         xs = [e["metrics"].get("length_mean", 0.0) for e in pts]
@@ -140,6 +141,8 @@ def plot_board(board: dict[str, Any], path: Path) -> list[str]:
                   else "mean response length")
     ax.set_ylabel("accuracy (fraction of samples correct, mean@n)")
     ax.set_ylim(-0.05, 1.05)
+    ax.set_xlim(min(all_x) - 0.1 * span, max(all_x) + 0.1 * span)
+    ax.ticklabel_format(axis="x", useOffset=False, style="plain")
     ax.set_title(f"{board['board']}: {board['env_id']}\nlarge: method mean over runs, bar: its 95% t interval\n"
                  f"small: one run (seed) each; markers see-through, jittered sideways (up to {JITTER:.0%} of x span)",
                  fontsize=8)
@@ -147,7 +150,7 @@ def plot_board(board: dict[str, Any], path: Path) -> list[str]:
     if groups:
         _legend(ax, len(groups), "method (runs)")
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")  # the legend and title sit outside the axes
     plt.close(fig)
     return labels
 
@@ -185,7 +188,7 @@ def plot_curves(board: dict[str, Any], path: Path) -> list[str]:
     if labels:
         _legend(ax, len(labels), "method (runs)")
     fig.tight_layout()
-    fig.savefig(path)
+    fig.savefig(path, bbox_inches="tight")
     plt.close(fig)
     return labels
 
