@@ -153,3 +153,30 @@ def test_ray_without_the_extra_names_it(monkeypatch, tmp_path, capsys):
     assert code != 0
     assert "needs the [ray] extra: pip install 'rlvr-envs[ray]'" in capsys.readouterr().err
     assert not (tmp_path / "r.json").exists()
+
+
+def test_ray_workers_play_on_a_server_and_write_the_in_process_file(local_ray, tmp_path):
+    """``rlvr eval --ray --remote URL``: every actor plays its shards on served sessions; the file equals the
+    single-process in-process one except for where it ran (``ray``, ``remote``)."""
+    pytest.importorskip("openenv")
+    pytest.importorskip("websockets")
+    from harness_toy import MULTI_ID
+
+    from rlvr_envs.serve import create_app, running_server
+
+    app = create_app([TOY_ID, MULTI_ID], max_sessions=16)
+    with running_server(app) as url:
+        server = app.state.rlvr
+        for env_id, agent in ((TOY_ID, "harness_toy:SeededAgent"), (MULTI_ID, "harness_toy:HintAgent")):
+            common = ["eval", "--env", env_id, "--samples", "2", "--limit", "6", "--batch-size", "4", "--seed", "5",
+                      "--agent", agent, "--no-progress"]
+            single, sharded = tmp_path / f"{env_id[-7:]}-single.json", tmp_path / f"{env_id[-7:]}-ray.json"
+            assert rlvr_main([*common, "--out", str(single)]) == 0
+            before = server.metrics.counters["steps_total"]
+            assert rlvr_main([*common, "--ray", "--remote", url, "--out", str(sharded)]) == 0
+            results = Results.load(sharded)
+            assert results.provenance["remote"] == {"url": url} and results.provenance["ray"]["workers"] >= 1
+            assert server.metrics.counters["steps_total"] - before >= len(results.records)  # served, not local
+            a, b = comparable(single), comparable(sharded)
+            b["provenance"].pop("remote")
+            assert a == b

@@ -140,8 +140,6 @@ def run(args: argparse.Namespace) -> int:
 
     env_kwargs = json_object(args.env_kwargs, "--env-kwargs")
     remote = getattr(args, "remote", None)
-    if remote is not None and args.ray is not None:
-        raise SystemExit("--remote and --ray do not combine: Ray workers play in-process envs")
     # A factory rather than an agent: with --ray every worker calls it once (loads its own policy).
     agent_factory: Callable[[], Any]
     if args.agent:
@@ -160,7 +158,7 @@ def run(args: argparse.Namespace) -> int:
             require_extra("ray", "rlvr eval --ray")
             results = evaluate_ray(agent_factory, args.env, address=args.ray, num_cpus=args.ray_cpus,
                                    workers=args.ray_workers, cpus_per_worker=args.ray_worker_cpus,
-                                   gpus_per_worker=args.ray_worker_gpus, **common)
+                                   gpus_per_worker=args.ray_worker_gpus, remote=remote, **common)
         else:
             results = evaluate(agent_factory(), args.env, remote=remote, **common)
     except (FileExistsError, ValueError) as exc:

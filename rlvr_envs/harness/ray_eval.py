@@ -37,7 +37,7 @@ class EvalWorker:
     """The actor: one agent and one env pool; ``run_batch`` plays one shard exactly as ``evaluate`` would."""
 
     def __init__(self, driver_sys_path: list[str], agent_factory_pickle: bytes, env_id: str,
-                 env_kwargs: dict[str, Any], config: dict[str, Any]):
+                 env_kwargs: dict[str, Any], config: dict[str, Any], remote: str | None = None):
         # The driver's import path first, then the factory: it may name modules (--agent module:attr) that only the
         # driver's path reaches. Paths missing on a remote node are skipped by the import system.
         sys.path.extend(p for p in driver_sys_path if p not in sys.path)
@@ -45,12 +45,22 @@ class EvalWorker:
         from ray import cloudpickle
 
         import rlvr_envs  # noqa: F401  (registers the IDs)
+        from rlvr_envs.core import TextEnv
         from rlvr_envs.harness.evaluate import EnvPool
 
         self.agent = cloudpickle.loads(agent_factory_pickle)()
         env = gym.make(env_id, **env_kwargs)
-        self.pool = EnvPool(env, lambda: gym.make(env_id, **env_kwargs))
         self.source = env.unwrapped.source
+        if remote is None:
+            self.pool = EnvPool(env, lambda: gym.make(env_id, **env_kwargs))
+        else:  # as evaluate(remote=...): the local env gives the tasks, served sessions play the episodes
+            from rlvr_envs.remote import RemoteEnv
+
+            def play() -> Any:
+                return RemoteEnv(remote, env_id, env_kwargs=env_kwargs)
+
+            self.pool = EnvPool(play(), play, single_turn=isinstance(env.unwrapped, TextEnv), owns_first=True)
+            env.close()
         self.config = config
 
     def hello(self) -> dict[str, Any]:
@@ -75,8 +85,8 @@ class ShardedRunner:
 
     def __init__(self, ray: Any, agent_factory: Callable[[], Agent], env_id: str, env_kwargs: dict[str, Any],
                  n_workers: int, cpus_per_worker: float, gpus_per_worker: float, max_attempts: int,
-                 log: Callable[[str], None]):
-        self.ray, self.env_id, self.env_kwargs = ray, env_id, env_kwargs
+                 log: Callable[[str], None], remote: str | None = None):
+        self.ray, self.env_id, self.env_kwargs, self.remote = ray, env_id, env_kwargs, remote
         self.n_workers, self.max_attempts, self.log = n_workers, max_attempts, log
         self.actor_class = ray.remote(num_cpus=cpus_per_worker, num_gpus=gpus_per_worker, max_restarts=0,
                                       max_task_retries=0)(EvalWorker)
@@ -95,7 +105,7 @@ class ShardedRunner:
 
     def _start(self, config: Mapping[str, Any]) -> Any:
         actor = self.actor_class.remote(list(sys.path), self.factory_pickle, self.env_id, self.env_kwargs,
-                                        dict(config))
+                                        dict(config), self.remote)
         self.actors.append(actor)
         return actor
 
@@ -217,13 +227,15 @@ def evaluate_ray(
     cpus_per_worker: float = 1.0,
     gpus_per_worker: float = 0.0,
     max_attempts: int = DEFAULT_MAX_ATTEMPTS,
+    remote: str | None = None,
 ) -> Results:
     """``evaluate`` over Ray actors, each with its own ``agent_factory()`` agent; the same results for the same seeds.
 
     ``address``: None or "local" starts a local Ray with ``num_cpus`` CPUs (default: all), anything else is passed
     to ``ray.init(address=...)``; an already initialized Ray is joined as it is. ``workers`` (default: as many as
     the cluster's CPUs / GPUs allow for ``cpus_per_worker`` / ``gpus_per_worker``, at most one per shard; on a shared
-    cluster pass fewer: actors wait for their resources)."""
+    cluster pass fewer: actors wait for their resources). ``remote``: an ``rlvr serve`` URL; every actor then plays
+    its episodes on served sessions (as ``evaluate(remote=...)``), and ``provenance["remote"]`` records it."""
     ray = require("ray", "ray", "rlvr eval --ray")
     import gymnasium as gym
 
@@ -259,8 +271,9 @@ def evaluate_ray(
             if gpus_per_worker > 0:
                 fits.append(total.get("GPU", 0) // gpus_per_worker)
             workers = max(1, int(min(fits)))
+        url = remote.rstrip("/") if remote is not None else None
         runner = ShardedRunner(ray, agent_factory, env_id, env_kwargs, min(workers, n_shards), cpus_per_worker,
-                               gpus_per_worker, max_attempts, _log)
+                               gpus_per_worker, max_attempts, _log, remote=url)
         config = {"env_id": env_id, "env_kwargs": env_kwargs, "n_samples": int(n_samples), "seed": int(seed)}
         runner.start(config, fingerprint)
         if progress:
@@ -269,7 +282,8 @@ def evaluate_ray(
         return run_evaluation(env_id, describe=lambda: runner.hello["agent"], run_batches=runner,
                               n_samples=n_samples, seed=seed, limit=limit, env_kwargs=env_kwargs, out=out,
                               resume=resume, progress=progress, batch_size=batch_size,
-                              provenance_extra={"machine": runner.hello["machine"], "ray": runner.stats})
+                              provenance_extra={"machine": runner.hello["machine"], "ray": runner.stats,
+                                                **({"remote": {"url": url}} if url is not None else {})})
     finally:
         if runner is not None:
             runner.close()
