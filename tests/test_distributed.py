@@ -235,3 +235,28 @@ def test_a_killed_rank_stops_the_run_clearly_and_the_rerun_resumes_to_the_same_e
     a = torch.load(tmp_path / "full" / "checkpoints" / "step-30.pt", weights_only=False)["model"]
     b = torch.load(cut_out / "checkpoints" / "step-30.pt", weights_only=False)["model"]
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def test_the_micro_lane_with_the_tiny_model_trains_the_same_on_two_ranks(tmp_path):
+    """The issue's setup through the real CLI: `rlvr train grpo --lane micro` with the tiny model, 1 process vs
+    `--nproc 2` (ERR+'s entropy shaping gives the tiny model's zero-reward groups a signal, so weights move)."""
+    cli = [a if a != "steps=30" else "steps=3" for a in CLI]
+    one = _rlvr(*cli, "--set", f"out_dir={tmp_path / 'one'}")
+    assert one.communicate(timeout=240)[0] is not None and one.returncode == 0
+    two = _rlvr(*cli, "--nproc", "2", "--set", f"out_dir={tmp_path / 'two'}")
+    assert two.communicate(timeout=240)[0] is not None and two.returncode == 0
+    a = [r for r in _read(tmp_path / "one" / "metrics.jsonl") if r["kind"] == "train"]
+    b = [r for r in _read(tmp_path / "two" / "metrics.jsonl") if r["kind"] == "train"]
+    assert len(a) == len(b) == 3 and all(r["ranks"] == 2.0 for r in b)
+    for x, y in zip(a, b):
+        assert x["rollouts"] == y["rollouts"] and x["reward_mean"] == y["reward_mean"]
+        assert y["shaped_reward_mean"] == pytest.approx(x["shaped_reward_mean"], rel=1e-5)
+        assert y["loss"] == pytest.approx(x["loss"], rel=1e-4, abs=1e-7)
+        assert y["grad_norm"] == pytest.approx(x["grad_norm"], rel=1e-4)
+    wa = torch.load(tmp_path / "one" / "checkpoints" / "step-3.pt", weights_only=False)["model"]
+    wb = torch.load(tmp_path / "two" / "checkpoints" / "step-3.pt", weights_only=False)["model"]
+    init = torch.load(tmp_path / "one" / "checkpoints" / "step-3.pt", weights_only=False)["config"]
+    assert init["model"] == "tiny"
+    for k in wa:
+        torch.testing.assert_close(wb[k], wa[k], rtol=1e-5, atol=1e-6)
+    assert any(float(x["grad_norm"]) > 0 for x in a)
