@@ -144,6 +144,25 @@ def _tiny_tool_policy():
     return tiny_model(tokenizer, seed=0, max_position_embeddings=4096), tokenizer
 
 
+def _two_step_trainer(tmp_path, model, tokenizer, factory, dataset):
+    """A ``GRPOTrainer`` for two steps of 4 prompts x 2 generations through ``factory``, and the list its reward
+    function fills with every reward it returns."""
+    seen: list[float] = []
+
+    def reward(completions, environments=None, **kw):
+        out = environment_reward(completions, environments, **kw)
+        seen.extend(out)
+        return out
+
+    reward.__name__ = environment_reward.__name__
+    args = trl.GRPOConfig(
+        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=8,
+        max_steps=2, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no", learning_rate=1e-3,
+        bf16=False, seed=0, dataloader_num_workers=0, max_tool_calling_iterations=1)
+    return trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, environment_factory=factory,
+                           train_dataset=dataset, processing_class=tokenizer), seen
+
+
 @pytest.mark.parametrize(("env_id", "kwargs"), [
     ("rlvr/Arithmetic-v0", {}),
     ("rlvr/ToolUse-v0", TOOLS_KW),
@@ -162,21 +181,8 @@ def test_grpo_trainer_two_steps_through_the_environment_factory(tmp_path, monkey
             super().__init__()
             made.append(self)
 
-    seen: list[float] = []
-
-    def reward(completions, environments=None, **kw):
-        out = environment_reward(completions, environments, **kw)
-        seen.extend(out)
-        return out
-
-    reward.__name__ = environment_reward.__name__
-    args = trl.GRPOConfig(
-        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=8,
-        max_steps=2, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no", learning_rate=1e-3,
-        bf16=False, seed=0, dataloader_num_workers=0, max_tool_calling_iterations=1)
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, environment_factory=Counted,
-                              train_dataset=environment_dataset(env_id, 4, env_kwargs=kwargs),
-                              processing_class=tokenizer)
+    trainer, seen = _two_step_trainer(tmp_path, model, tokenizer, Counted, environment_dataset(env_id, 4,
+                                                                                               env_kwargs=kwargs))
     assert {t.__name__ for t in trainer.tools} == {n for n, _ in inspect.getmembers(factory, inspect.isfunction)
                                                    if not n.startswith("_") and n != "reset"}
     result = trainer.train()
@@ -287,22 +293,9 @@ def test_grpo_trainer_two_steps_against_the_server(served_tools, tmp_path, monke
     monkeypatch.setenv("TRL_EXPERIMENTAL_SILENCE", "1")
     model, tokenizer = _tiny_tool_policy()
     factory = environment_factory("rlvr/ToolUse-v0", env_url=url, **TOOLS_KW)
-    seen: list[float] = []
-
-    def reward(completions, environments=None, **kw):
-        out = environment_reward(completions, environments, **kw)
-        seen.extend(out)
-        return out
-
-    reward.__name__ = environment_reward.__name__
     before = server.metrics.counters["resets_total"]
-    args = trl.GRPOConfig(
-        output_dir=str(tmp_path), per_device_train_batch_size=4, num_generations=2, max_completion_length=8,
-        max_steps=2, use_cpu=True, report_to="none", logging_steps=1, save_strategy="no", learning_rate=1e-3,
-        bf16=False, seed=0, dataloader_num_workers=0, max_tool_calling_iterations=1)
-    trainer = trl.GRPOTrainer(model=model, reward_funcs=reward, args=args, environment_factory=factory,
-                              train_dataset=environment_dataset("rlvr/ToolUse-v0", 4, env_kwargs=TOOLS_KW),
-                              processing_class=tokenizer)
+    trainer, seen = _two_step_trainer(tmp_path, model, tokenizer, factory,
+                                      environment_dataset("rlvr/ToolUse-v0", 4, env_kwargs=TOOLS_KW))
     assert trainer.train().global_step == 2
     assert len(seen) == 2 * 4 and all(0.0 <= r <= 1.0 for r in seen)
     assert server.metrics.counters["resets_total"] - before >= 2 * 4  # every rollout's episode was a served session
