@@ -47,18 +47,21 @@ def settings(name: str, out: Path) -> dict:
                 params=params or {"rollout_allocator": {"n": 4}})
 
 
-def _rank_main(rank: int, world: int, port: int, name: str, out: str, steps: int = 3) -> None:
+def _rank_main(rank: int, world: int, port: int, names: list[str], out: str, steps: int = 3) -> None:
+    """One rank: train each of ``names`` (toy policy and task) in ``out/<name>``, one process group for all."""
     os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                       MASTER_PORT=str(port))
     import torch.distributed as dist
 
     from agents.distributed.data_parallel import DataParallelTrainer
 
-    policy = make_policy()
-    t = DataParallelTrainer(from_dict({**settings(name, Path(out)), "steps": steps}), policy=policy, engine=ToyEngine(policy),
-                            env=make_env(8), eval_env=make_env(8))
-    t.run(resume=False)
-    torch.save({k: v.detach().clone() for k, v in t.model.named_parameters()}, Path(out) / f"weights-rank{rank}.pt")
+    for name in names:
+        run_dir = Path(out) / name
+        policy = make_policy()
+        t = DataParallelTrainer(from_dict({**settings(name, run_dir), "steps": steps}), policy=policy,
+                                engine=ToyEngine(policy), env=make_env(8), eval_env=make_env(8))
+        t.run(resume=False)
+        torch.save({k: v.detach().clone() for k, v in t.model.named_parameters()}, run_dir / f"weights-rank{rank}.pt")
     dist.destroy_process_group()
 
 
@@ -68,14 +71,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def run_ranks(name: str, out: Path, world: int = 2, steps: int = 3) -> None:
+def run_ranks(names: list[str], out: Path, world: int = 2, steps: int = 3) -> None:
     ctx = mp.get_context("spawn")
     port = free_port()
-    procs = [ctx.Process(target=_rank_main, args=(r, world, port, name, str(out), steps)) for r in range(world)]
+    procs = [ctx.Process(target=_rank_main, args=(r, world, port, names, str(out), steps)) for r in range(world)]
     for p in procs:
         p.start()
     for p in procs:
-        p.join(timeout=180)
+        p.join(timeout=300)
     codes = [p.exitcode for p in procs]
     for p in procs:
         if p.is_alive():
@@ -83,16 +86,23 @@ def run_ranks(name: str, out: Path, world: int = 2, steps: int = 3) -> None:
     assert codes == [0] * world, f"ranks exited with {codes}"
 
 
+@pytest.fixture(scope="module")
+def two_rank_runs(tmp_path_factory) -> Path:
+    """Every method of METHODS trained by 2 ranks, one after the other in one process group (ranks start once)."""
+    out = tmp_path_factory.mktemp("two-ranks")
+    run_ranks(list(METHODS), out)
+    return out
+
+
 @pytest.mark.parametrize("name", list(METHODS))
-def test_two_ranks_train_what_one_process_trains(name, tmp_path):
+def test_two_ranks_train_what_one_process_trains(name, two_rank_runs, tmp_path):
     threads = torch.get_num_threads()
     try:  # the one-process run pins torch to 1 thread, as each rank does
         one = trainer(tmp_path / "one", env=make_env(8), eval_env=make_env(8), **settings(name, tmp_path / "one"))
         one_records = one.run(resume=False)
     finally:
         torch.set_num_threads(threads)
-    run_ranks(name, tmp_path / "two")
-    two_records = [r for r in _read(tmp_path / "two" / "metrics.jsonl")]
+    two_records = _read(two_rank_runs / name / "metrics.jsonl")
     one_train = [r for r in one_records if r["kind"] == "train"]
     two_train = [r for r in two_records if r["kind"] == "train"]
     assert len(one_train) == len(two_train) == 3
@@ -107,8 +117,8 @@ def test_two_ranks_train_what_one_process_trains(name, tmp_path):
             if key.split(".")[0] in ("prompt_selector", "rollout_allocator", "generation_controller",
                                      "group_transform"):
                 assert b[key] == pytest.approx(a[key], rel=1e-5, abs=1e-7), key
-    rank0 = torch.load(tmp_path / "two" / "weights-rank0.pt")
-    rank1 = torch.load(tmp_path / "two" / "weights-rank1.pt")
+    rank0 = torch.load(two_rank_runs / name / "weights-rank0.pt")
+    rank1 = torch.load(two_rank_runs / name / "weights-rank1.pt")
     for k, v in one.model.named_parameters():
         assert torch.equal(rank0[k], rank1[k]), k  # the ranks hold one model
         # Adam divides each coordinate by its running RMS, so a near-zero gradient coordinate turns float rounding
@@ -123,9 +133,9 @@ def test_a_checkpoint_written_by_two_ranks_resumes_in_one_process(tmp_path):
     another rank count."""
     threads = torch.get_num_threads()
     try:
-        run_ranks("vigor", tmp_path / "switch", steps=2)
-        resumed = trainer(tmp_path / "switch", env=make_env(8), eval_env=make_env(8),
-                          **settings("vigor", tmp_path / "switch")).run(resume=True)
+        run_ranks(["vigor"], tmp_path / "switch", steps=2)
+        resumed = trainer(tmp_path / "switch" / "vigor", env=make_env(8), eval_env=make_env(8),
+                          **settings("vigor", tmp_path / "switch" / "vigor")).run(resume=True)
         full = trainer(tmp_path / "one", env=make_env(8), eval_env=make_env(8),
                        **settings("vigor", tmp_path / "one")).run(resume=False)
     finally:
