@@ -40,8 +40,10 @@ def comparable(path: Path) -> dict:
     doc.pop("timing")
     for key in RUN_SPECIFIC_PROVENANCE:
         doc["provenance"].pop(key, None)
-    # the checkout's commit at the moment each file is written (a commit landing between the two runs moves it)
+    # the checkout's commit and dirty flag at the moment each file is written (a commit landing between the two runs,
+    # as a background regression run's does, moves them)
     doc["provenance"].get("package", {}).pop("commit", None)
+    doc["provenance"].get("package", {}).pop("dirty", None)
     return doc
 
 
