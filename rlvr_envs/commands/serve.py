@@ -15,8 +15,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "GET /state, /health, /schema, /metrics, /envs and the /ws session socket. "
                                    "Clients: openenv's GenericEnvClient, rlvr_envs.remote.RemoteEnv. See "
                                    "docs/serving.md.")
-    p.add_argument("--env", dest="envs", action="append", required=True, metavar="ENV_ID",
+    p.add_argument("--env", dest="envs", action="append", default=[], metavar="ENV_ID",
                    help="env ID to serve (repeat for several; the first is the default of a reset naming none)")
+    p.add_argument("--policy", default=None, metavar="MODEL",
+                   help="serve this policy (tiny, smollm2, a model directory) behind the OpenAI chat-completions API "
+                        "(/v1/chat/completions) instead of envs: for harnesses that call a model over HTTP")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "auto"),
+                   help="decode precision of --policy (default fp32: the same text on every CPU)")
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default: 127.0.0.1, this machine only)")
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--max-sessions", type=int, default=64,
@@ -40,6 +45,23 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     require_extra("serve", "rlvr serve")
     import uvicorn
+
+    if bool(args.policy) == bool(args.envs):
+        print("rlvr serve: give --env ENV_ID (repeatable) to serve envs, or --policy MODEL to serve a policy",
+              file=sys.stderr)
+        return 2
+    if args.policy:
+        require_extra("agents", "rlvr serve --policy")
+        from agents.policy.engine import make_engine
+        from agents.policy.models import load_policy
+        from rlvr_envs.serve.policy import create_policy_app
+
+        policy = load_policy(args.policy)
+        app = create_policy_app(policy, make_engine(policy, precision=args.precision), model_name=args.policy)
+        print(f"rlvr serve: policy {args.policy} on http://{args.host}:{args.port}/v1/chat/completions",
+              file=sys.stderr)
+        uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+        return 0
 
     from rlvr_envs.serve import ServeError, create_app
 
