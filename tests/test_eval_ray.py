@@ -172,7 +172,8 @@ def test_ray_workers_play_on_a_server_and_write_the_in_process_file(local_ray, t
         for env_id, agent in ((TOY_ID, "harness_toy:SeededAgent"), (MULTI_ID, "harness_toy:HintAgent")):
             common = ["eval", "--env", env_id, "--samples", "2", "--limit", "6", "--batch-size", "4", "--seed", "5",
                       "--agent", agent, "--no-progress"]
-            single, sharded = tmp_path / f"{env_id[-7:]}-single.json", tmp_path / f"{env_id[-7:]}-ray.json"
+            name = env_id.replace("/", "_")
+            single, sharded = tmp_path / f"{name}-single.json", tmp_path / f"{name}-ray.json"
             assert rlvr_main([*common, "--out", str(single)]) == 0
             before = server.metrics.counters["steps_total"]
             assert rlvr_main([*common, "--ray", "--remote", url, "--out", str(sharded)]) == 0
