@@ -89,10 +89,11 @@ def test_cli_remote_unreachable_server_is_a_clear_error(tmp_path, capsys):
     assert "rlvr serve" in capsys.readouterr().err and not out.exists()
 
 
-def test_cli_refuses_remote_with_ray():
-    with pytest.raises(SystemExit, match="--remote and --ray"):
-        rlvr_main(["eval", "--env", TOY_ID, "--agent", "harness_toy:SeededAgent", "--remote", "http://127.0.0.1:1",
-                   "--ray"])
+def test_an_unreachable_server_with_ray_is_a_clear_error_before_any_worker_starts(capsys):
+    assert rlvr_main(["eval", "--env", TOY_ID, "--agent", "harness_toy:SeededAgent", "--remote", "http://127.0.0.1:1",
+                      "--ray", "--no-progress"]) == 2
+    err = capsys.readouterr().err
+    assert "rlvr eval --remote http://127.0.0.1:1" in err and "is `rlvr serve` running there?" in err
 
 
 # -- a math worker killed mid-session ------------------------------------------------------------------------------

@@ -259,6 +259,10 @@ def evaluate_ray(
     finally:
         probe.close()
     n_shards = -(-n_tasks * n_samples // batch_size)  # evaluate's batches: one shard each
+    if remote is not None:  # an unreachable server or an env it does not serve fails here, before any actor starts
+        from rlvr_envs.remote import RemoteEnv
+
+        RemoteEnv(remote.rstrip("/"), env_id, env_kwargs=env_kwargs).close()
 
     started = init_ray(address, num_cpus)
     runner = None
