@@ -247,10 +247,11 @@ def test_a_killed_rank_stops_the_run_clearly_and_the_rerun_resumes_to_the_same_e
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
-def test_the_micro_lane_with_the_tiny_model_trains_the_same_on_two_ranks(tmp_path):
-    """The issue's setup through the real CLI: `rlvr train grpo --lane micro` with the tiny model, 1 process vs
+@pytest.mark.parametrize("recipe", ["grpo", "vigor", "duet", "sagc"])
+def test_the_micro_lane_with_the_tiny_model_trains_the_same_on_two_ranks(recipe, tmp_path):
+    """The issue's setup through the real CLI: `rlvr train RECIPE --lane micro` with the tiny model, 1 process vs
     `--nproc 2` (ERR+'s entropy shaping gives the tiny model's zero-reward groups a signal, so weights move)."""
-    cli = [a if a != "steps=30" else "steps=3" for a in CLI]
+    cli = [recipe, *[a if a != "steps=30" else "steps=3" for a in CLI[1:]]]
     one = _rlvr(*cli, "--set", f"out_dir={tmp_path / 'one'}")
     assert one.communicate(timeout=240)[0] is not None and one.returncode == 0
     two = _rlvr(*cli, "--nproc", "2", "--set", f"out_dir={tmp_path / 'two'}")
