@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load_recipe(args.recipe, args.overrides, lane=args.lane)
     rank, world = init_process_group()
     kwargs: dict[str, Any] = {}
-    if args.env_url and rank == 0:
+    if args.env_url:  # every rank: the others never step it, but then need no local copy of the env's data
         from rlvr_envs.commands.train import remote_envs
 
         kwargs.update(remote_envs(cfg, args.env_url))
