@@ -271,3 +271,17 @@ def test_the_micro_lane_with_the_tiny_model_trains_the_same_on_two_ranks(recipe,
     for k in wa:
         torch.testing.assert_close(wb[k], wa[k], rtol=1e-5, atol=1e-6)
     assert any(float(x["grad_norm"]) > 0 for x in a)
+
+
+def test_components_that_run_the_step_themselves_are_refused_before_any_rank_starts(capsys):
+    from agents.distributed.data_parallel import check_data_parallel
+    from agents.grpo.config import load_recipe
+    from rlvr_envs.cli import main as rlvr_main
+
+    for recipe in ("grpo", "vigor", "duet", "sagc"):
+        check_data_parallel(load_recipe(recipe, [], lane="micro"))
+    for recipe, needle in (("fgrpo", "aggregator 'fgrpo'"), ("agon", "orchestrator 'agon'")):
+        with pytest.raises(ValueError, match=needle):
+            check_data_parallel(load_recipe(recipe, [], lane="micro"))
+        assert rlvr_main(["train", recipe, "--lane", "micro", "--nproc", "2"]) == 2
+        assert "is not data-parallel" in capsys.readouterr().err

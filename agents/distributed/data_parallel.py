@@ -70,6 +70,21 @@ def rank_shares(batch: GroupBatch, world_size: int) -> list[list[int]]:
     return shares
 
 
+def check_data_parallel(cfg: TrainConfig) -> None:
+    """Refuse, before any rank starts, a recipe whose components run or change the step outside the update (FGRPO's
+    federated rounds, Agon's orchestration, an aggregator that merges weights after it): their work is not split."""
+    from agents.grpo.registry import get
+
+    for stage, hooks in (("aggregator", ("federated_step", "after_update")), ("orchestrator", ("orchestrated_step",))):
+        name = cfg.stages.get(stage)
+        if name in (None, "none", "single"):
+            continue
+        found = [h for h in hooks if getattr(get(stage, name), h, None) is not None]
+        if found:
+            raise ValueError(f"{stage} {name!r} ({', '.join(found)}) is not data-parallel: it runs or changes the "
+                             f"step outside the update; train it without --nproc")
+
+
 class NoRollouts(RolloutEngine):
     """The engine of a rank other than 0: it never generates (rank 0 collects every rollout), so it holds no model
     copy, no vLLM instance and no GPU memory."""
@@ -95,14 +110,7 @@ class DataParallelTrainer(Trainer):
         if dist.is_initialized() and dist.get_backend() == "nccl":
             self.comm_device = torch.device("cuda", torch.cuda.current_device())
         super().__init__(cfg, **kwargs)
-        for stage, hook in (("aggregator", "federated_step"), ("orchestrator", "orchestrated_step"),
-                            ("aggregator", "after_update")):
-            component = self.components[stage]
-            if hook == "after_update" and cfg.stages.get(stage, "none") == "none":
-                continue
-            if getattr(component, hook, None) is not None:
-                raise ValueError(f"{stage} {cfg.stages.get(stage)!r} ({hook}) is not data-parallel: it runs or changes "
-                                 f"the step outside the update; train it with --nproc 1")
+        check_data_parallel(cfg)
         self.params = [p for p in self.model.parameters() if p.requires_grad]
 
     # -- messages from rank 0 ----------------------------------------------------------------------------------------

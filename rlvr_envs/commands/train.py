@@ -78,8 +78,14 @@ def run(args: argparse.Namespace) -> int:
         print("rlvr train: --nproc must be >= 1 and --rollout-workers >= 0", file=sys.stderr)
         return 2
     if args.nproc > 1:
+        from agents.distributed.data_parallel import check_data_parallel
         from agents.distributed.launch import launch
 
+        try:
+            check_data_parallel(cfg)
+        except ValueError as exc:
+            print(f"rlvr train: {exc}", file=sys.stderr)
+            return 2
         return launch(args.nproc, args, cfg.out_dir)
     from agents.grpo.trainer import Trainer
 
