@@ -32,6 +32,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true", help="continue a partial results file")
     p.add_argument("--backend", choices=("hf", "vllm"), default="hf")
     p.add_argument("--batch-size", type=int, default=8, help="samples per act() call")
+    p.add_argument("--precision", default="fp32", choices=("fp32", "bf16", "auto"),
+                   help="hf engine decode precision (default fp32: the same records on every CPU and for any "
+                        "--batch-size; auto picks bf16 where the CPU has it, faster, and records then depend on the "
+                        "CPU and on how samples are batched)")
     p.add_argument("--decode-slots", type=int, default=64,
                    help="hf engine: rows decoded at once; a batch with more rows queues them into freed slots")
     p.add_argument("--static-batching", action="store_true",
@@ -122,8 +126,8 @@ def build_policy_agent(args: argparse.Namespace, temperature: float) -> Any:
 
         hf_logging.disable_progress_bar()
     policy = load_policy(args.model, dtype=args.dtype, seed=args.seed)
-    engine_kwargs = ({"max_batch_size": args.decode_slots, "continuous": not args.static_batching}
-                     if args.backend == "hf" else {})
+    engine_kwargs = ({"max_batch_size": args.decode_slots, "continuous": not args.static_batching,
+                      "precision": getattr(args, "precision", "fp32")} if args.backend == "hf" else {})
     engine = make_engine(policy, backend=args.backend, **engine_kwargs)
     sampling = SamplingParams(temperature=temperature, top_p=args.top_p, max_new_tokens=args.max_new_tokens,
                               seed=args.seed)
