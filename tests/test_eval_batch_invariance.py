@@ -46,3 +46,6 @@ def test_fp32_records_are_the_same_for_any_batching_and_cpu(tmp_path, monkeypatc
         assert engine["precision"] == "bf16" and auto != first  # what the default avoids
     finally:
         torch.set_num_threads(threads)
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.enable_progress_bar()  # --no-progress turned transformers' bars off for the whole process
